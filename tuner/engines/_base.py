@@ -1,0 +1,154 @@
+"""The engine adapter contract: one implementation per inference engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tuner.engines._signatures import Signature, SignatureMatch, classify
+
+if TYPE_CHECKING:
+    import httpx
+
+    from tuner.partitions import Partition
+    from tuner.records import Capacity
+    from tuner.space import SearchSpace
+
+__all__ = ["Command", "EngineAdapter", "hub_or_local_problem", "render_flag"]
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def hub_or_local_problem(path: str) -> str | None:
+    """A GPU engine's model is a local directory or file, or a hub id ``owner/name``."""
+    if os.path.exists(path) or (_HUB_ID.match(path) and not path.startswith((".", "/"))):
+        return None
+    return f"model {path!r} is neither an existing path nor a hub id like 'owner/name'"
+
+
+@dataclass(frozen=True)
+class Command:
+    """What to execute: an argv list (never a shell string) and environment additions.
+
+    ``secrets`` are values that must never be written anywhere (logs, evidence, exports).
+    """
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def shell_line(self) -> str:
+        """A correctly quoted shell line (env first), secrets redacted."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        return self.redact(" ".join([*env, *map(shlex.quote, self.argv)]))
+
+
+def render_flag(name: str, value: Any) -> list[str]:
+    """The one place a parameter becomes argv: bool -> ``--x`` / nothing, dict/list -> JSON."""
+    flag = f"--{name}"
+    if isinstance(value, bool):
+        return [flag] if value else []
+    if isinstance(value, (dict, list)):
+        return [flag, json.dumps(value, separators=(",", ":"))]
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
+        value = int(value)
+    return [flag, str(value)]
+
+
+class EngineAdapter(ABC):
+    """Knows how to launch, probe and read one inference engine.
+
+    Contract:
+    - ``command`` renders every flag through :meth:`render_flags`; export replays the same path.
+    - ``ready`` returns ``True`` only when the server answered a real completion, ``False``
+      while it is still coming up; it raises nothing for a server that is not listening yet.
+    - ``capacity`` reads the engine's own words (log lines, endpoints); the last log line wins.
+    - ``signatures`` are in priority order: the first that matches a log names the failure.
+    Adapters are stateless and safe to share between threads.
+    """
+
+    name: ClassVar[str]
+    signatures: ClassVar[tuple[Signature, ...]] = ()
+    health_path: ClassVar[str] = "/health"
+
+    @abstractmethod
+    def executable(self) -> list[str]:
+        """The argv prefix that starts the server (may provision the engine)."""
+
+    @abstractmethod
+    def model_args(self, model_path: str) -> list[str]:
+        """The argv part that names the model."""
+
+    def version(self) -> str | None:
+        return None
+
+    def provision(self, progress: Callable[[float, str], None] | None = None) -> None:
+        """Install what the engine needs before the first launch (default: nothing)."""
+
+    def resolve_model(self, path: str) -> str:
+        """Turn the space's ``model.path`` into something the engine loads (may provision)."""
+        return path
+
+    def model_problem(self, path: str) -> str | None:
+        """Why ``model.path`` cannot be used, checked at validation time; ``None`` when fine."""
+        return None
+
+    def render_flags(self, flags: Mapping[str, Any]) -> list[str]:
+        return [arg for name, value in flags.items() for arg in render_flag(name, value)]
+
+    def environment(self, space: SearchSpace) -> dict[str, str]:
+        """Environment additions for the server; by default the space's ``server.env``."""
+        return dict(space.server.env)
+
+    def command(
+        self,
+        params: Mapping[str, Any],
+        *,
+        space: SearchSpace,
+        model_path: str,
+        port: int,
+        partition: Partition | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Command:
+        flags = {**space.server.flags, **params}
+        argv = [
+            *self.executable(),
+            *self.model_args(model_path),
+            *self.render_flags(flags),
+            *self.listen_args(space.server.host, port),
+        ]
+        env = self.environment(space)
+        if partition is not None:
+            argv = partition.wrap(argv)
+            env.update(partition.env())
+        return Command(tuple(argv), env, tuple(secrets))
+
+    def listen_args(self, host: str, port: int) -> list[str]:
+        return ["--host", host, "--port", str(port)]
+
+    @abstractmethod
+    def ready(self, client: httpx.Client, base_url: str, *, model: str) -> bool:
+        """True once the server serves a real completion."""
+
+    @abstractmethod
+    def capacity(self, log_text: str, client: httpx.Client | None, base_url: str | None) -> Capacity:
+        """Capacity in the engine's own words; endpoints are skipped when ``client`` is None."""
+
+    def served_model_name(self, model_path: str) -> str:
+        """The ``model`` field to send in OpenAI-compatible requests."""
+        return model_path
+
+    def classify(self, log_text: str) -> SignatureMatch | None:
+        return classify(self.signatures, log_text)

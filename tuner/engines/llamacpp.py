@@ -1,0 +1,158 @@
+"""llama.cpp ``llama-server``: the CPU engine and the embedded default.
+
+Strings below come from the llama.cpp sources vendored in llama-cpp-python 0.3.36:
+tools/server/server.cpp, tools/server/server-http.cpp, tools/server/server-context.cpp,
+common/arg.cpp, src/llama-kv-cache.cpp, src/llama-context.cpp, ggml/src/ggml.c.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from tuner.engines._base import EngineAdapter
+from tuner.engines._capacity import last_int, reconcile
+from tuner.engines._signatures import Category, Signature
+from tuner.provision import llamacpp as provision
+from tuner.records import Capacity
+
+if TYPE_CHECKING:
+    from tuner.space import SearchSpace
+
+__all__ = ["LlamaCppAdapter"]
+
+logger = logging.getLogger(__name__)
+
+BUILTIN_MODEL = "builtin:smollm2-135m-instruct"
+
+SIGNATURES = (
+    Signature(
+        "kv_cache_oom",
+        Category.KV_CACHE,
+        (
+            r"failed to allocate buffer for kv cache",
+            r"ggml_aligned_malloc: insufficient memory",
+            r"failed to initialize memory (module|context)",
+        ),
+    ),
+    Signature(
+        "out_of_memory",
+        Category.OUT_OF_MEMORY,
+        (r"std::bad_alloc", r"failed to allocate .*buffer", r"Cannot allocate memory"),
+    ),
+    Signature(
+        "quantized_v_needs_flash_attn",
+        Category.BAD_FLAG,
+        (r"quantized V cache (requires flash_attn|was requested, but this requires Flash Attention)",),
+    ),
+    Signature(
+        "bad_flag",
+        Category.BAD_FLAG,
+        (r"error: invalid argument: ", r"error while handling argument", r"error: unknown value for "),
+    ),
+    Signature("port_in_use", Category.PORT_IN_USE, (r"couldn't bind HTTP server socket",)),
+    Signature(
+        "crash",
+        Category.CRASH,
+        (
+            r"GGML_ASSERT",
+            r"Segmentation fault",
+            r"terminate called after throwing",
+            r"exiting due to model loading error",
+            r"failed to load model",
+            r"exiting due to HTTP server error",
+        ),
+    ),
+)
+
+_SLOTS = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
+
+
+class LlamaCppAdapter(EngineAdapter):
+    name = "llamacpp"
+    signatures = SIGNATURES
+
+    def executable(self) -> list[str]:
+        return [str(provision.server_binary())]
+
+    def model_args(self, model_path: str) -> list[str]:
+        return ["--model", model_path]
+
+    def version(self) -> str | None:
+        return f"llama-cpp-python=={provision.LLAMA_CPP_PYTHON_VERSION} (vendored llama.cpp)"
+
+    def provision(self, progress: provision.Progress | None = None) -> None:
+        provision.server_binary(progress=progress)
+        provision.model_file()
+
+    def resolve_model(self, path: str) -> str:
+        return str(provision.model_file()) if path == BUILTIN_MODEL else path
+
+    def model_problem(self, path: str) -> str | None:
+        if path.startswith("builtin:"):
+            return None if path == BUILTIN_MODEL else f"unknown builtin model {path!r} (known: {BUILTIN_MODEL})"
+        if not os.path.isfile(path):
+            return f"model file {path!r} does not exist"
+        return None
+
+    def environment(self, space: SearchSpace) -> dict[str, str]:
+        env = dict(space.server.env)
+        if space.server.api_key_env:
+            env["LLAMA_API_KEY"] = os.environ.get(space.server.api_key_env, "")
+        return env
+
+    def ready(self, client: httpx.Client, base_url: str, *, model: str) -> bool:
+        try:
+            if client.get(f"{base_url}/health").status_code != 200:
+                return False
+            props = client.get(f"{base_url}/props").json()
+            if os.path.realpath(props.get("model_path", "")) != os.path.realpath(model):
+                # Another server answers on this port: never mistake it for ours.
+                logger.warning("server on %s serves %s, not %s", base_url, props.get("model_path"), model)
+                return False
+            reply = client.post(f"{base_url}/v1/completions", json={"prompt": "Hello", "max_tokens": 1})
+            return reply.status_code == 200 and bool(reply.json().get("choices"))
+        except (httpx.TransportError, ValueError):
+            return False
+
+    def capacity(self, log_text: str, client: httpx.Client | None, base_url: str | None) -> Capacity:
+        sources: dict[str, dict[str, Any]] = {}
+        log = _from_log(log_text)
+        if log:
+            sources["log"] = log
+        if client is not None and base_url is not None:
+            props = _from_props(client, base_url)
+            if props:
+                sources["/props"] = props
+        return reconcile(sources)
+
+
+def _from_log(log_text: str) -> dict[str, Any]:
+    match = last_int(_SLOTS, log_text)
+    if match is None:
+        return {}
+    slots, per_slot, unified = int(match[1]), int(match[2]), match[3] == "true"
+    return {
+        "max_running_requests": slots,
+        "context_per_request": per_slot,
+        "kv_tokens": per_slot if unified else slots * per_slot,
+        "kv_unified": unified,
+    }
+
+
+def _from_props(client: httpx.Client, base_url: str) -> dict[str, Any]:
+    try:
+        props = client.get(f"{base_url}/props").json()
+    except (httpx.TransportError, ValueError):
+        return {}
+    values: dict[str, Any] = {}
+    if "total_slots" in props:
+        values["max_running_requests"] = int(props["total_slots"])
+    n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
+    if n_ctx is not None:
+        values["context_per_request"] = int(n_ctx)
+    return values

@@ -1,0 +1,105 @@
+"""SGLang (``python -m sglang.launch_server``). Strings from SGLang 0.5.x (shared/engines.md):
+managers/scheduler.py, mem_cache/memory_pool.py, model_executor/pool_configurator.py."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import httpx
+
+from tuner.engines._base import EngineAdapter, hub_or_local_problem
+from tuner.engines._capacity import last_int, reconcile, to_int
+from tuner.engines._signatures import Category, Signature
+from tuner.records import Capacity
+
+__all__ = ["SglangAdapter"]
+
+
+def _grade_context(line: str) -> dict[str, Any]:
+    m = re.search(r"context_length \(([\d,]+)\) is greater than the derived context_length \(([\d,]+)\)", line)
+    return {"asked_context_length": to_int(m[1]), "derived_context_length": to_int(m[2])} if m else {}
+
+
+SIGNATURES = (
+    Signature(
+        "not_enough_memory",
+        Category.KV_CACHE,
+        (r"Not enough memory\. Please try to increase --mem-fraction-static",),
+    ),
+    Signature(
+        "context_above_derived",
+        Category.CONTEXT_TOO_LONG,
+        (r"User-specified context_length \(\d+\) is greater than the derived context_length",),
+        grade=_grade_context,
+    ),
+    Signature("cuda_graph_capture_failed", Category.OUT_OF_MEMORY, (r"Capture cuda graph failed",)),
+    Signature("cuda_oom", Category.OUT_OF_MEMORY, (r"OutOfMemoryError: CUDA out of memory", r"CUDA out of memory")),
+    Signature("port_in_use", Category.PORT_IN_USE, (r"Address already in use",)),
+    Signature("bad_flag", Category.BAD_FLAG, (r"error: unrecognized arguments", r"error: argument ")),
+    Signature(
+        "child_failed",
+        Category.CRASH,
+        (r"Received sigquit from a child process", r"Scheduler hit an exception"),
+    ),
+)
+
+_SUMMARY = re.compile(
+    r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
+    r"max_running_requests=(\d+), context_len=(\d+)"
+)
+_POOL = re.compile(r"KV Cache is allocated\..*?#tokens: ([\d,]+)")
+
+
+class SglangAdapter(EngineAdapter):
+    name = "sglang"
+    signatures = SIGNATURES
+
+    def executable(self) -> list[str]:
+        return [sys.executable, "-m", "sglang.launch_server"]
+
+    def model_problem(self, path: str) -> str | None:
+        return hub_or_local_problem(path)
+
+    def model_args(self, model_path: str) -> list[str]:
+        return ["--model-path", model_path]
+
+    def ready(self, client: httpx.Client, base_url: str, *, model: str) -> bool:
+        try:
+            return client.get(f"{base_url}/health_generate").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def capacity(self, log_text: str, client: httpx.Client | None, base_url: str | None) -> Capacity:
+        sources: dict[str, dict[str, Any]] = {}
+        if log := parse_log(log_text):
+            sources["log"] = log
+        if client is not None and base_url is not None:
+            try:
+                info = client.get(f"{base_url}/get_server_info").json()
+            except (httpx.TransportError, ValueError):
+                info = {}
+            if "max_total_num_tokens" in info:
+                sources["/get_server_info"] = {
+                    "kv_tokens": int(info["max_total_num_tokens"]),
+                    "max_running_requests": info.get("max_running_requests"),
+                    "context_per_request": info.get("context_length"),
+                }
+        return reconcile(sources)
+
+
+def parse_log(log_text: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if m := last_int(_SUMMARY, log_text):
+        values.update(
+            kv_tokens=int(m[1]),
+            chunked_prefill_size=int(m[2]),
+            max_prefill_tokens=int(m[3]),
+            max_running_requests=int(m[4]),
+            context_per_request=int(m[5]),
+        )
+    if m := last_int(_POOL, log_text):
+        values["kv_pool_tokens"] = to_int(m[1])
+        values.setdefault("kv_tokens", values["kv_pool_tokens"])
+    return values

@@ -1,0 +1,110 @@
+"""vLLM (OpenAI-compatible API server). Strings from vLLM 0.26 (shared/engines.md):
+gpu_worker.py, kv_cache_utils.py, core.py; failures end with "Engine core initialization failed",
+whose root cause is logged above it, so that signature has the lowest priority."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import httpx
+
+from tuner.engines._base import EngineAdapter, hub_or_local_problem
+from tuner.engines._capacity import last_int, reconcile, to_int
+from tuner.engines._openai import completion_works, metric_labels
+from tuner.engines._signatures import Category, Signature
+from tuner.records import Capacity
+
+__all__ = ["VllmAdapter"]
+
+
+def _grade_max_len(line: str) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if m := re.search(r"max seq len \(([\d,]+)\)", line):
+        details["asked_max_model_len"] = to_int(m[1])
+    if m := re.search(r"estimated maximum model length is ([\d,]+)", line):
+        details["estimated_max_model_len"] = to_int(m[1])
+    if m := re.search(r"\(([\d.]+) GiB KV cache is needed", line):
+        details["kv_needed_gib"] = float(m[1])
+    if m := re.search(r"available KV cache memory \(([\d.]+) GiB\)", line):
+        details["kv_available_gib"] = float(m[1])
+    return details
+
+
+SIGNATURES = (
+    Signature(
+        "max_model_len_exceeds_kv",
+        Category.CONTEXT_TOO_LONG,
+        (r"To serve at least one request with the models?'s max seq len", r"estimated maximum model length is"),
+        grade=_grade_max_len,
+    ),
+    Signature("no_kv_cache_memory", Category.KV_CACHE, (r"No available memory for the cache blocks",)),
+    Signature(
+        "max_model_len_above_derived",
+        Category.CONTEXT_TOO_LONG,
+        (r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len",),
+    ),
+    Signature(
+        "free_memory_below_utilization",
+        Category.OUT_OF_MEMORY,
+        (r"Free memory on device .* on startup is less than desired GPU memory utilization",),
+    ),
+    Signature("model_load_oom", Category.OUT_OF_MEMORY, (r"Failed to load model - not enough GPU memory",)),
+    Signature(
+        "cuda_oom",
+        Category.OUT_OF_MEMORY,
+        (r"CUDA out of memory occurred when warming up sampler", r"OutOfMemoryError: CUDA out of memory"),
+    ),
+    Signature("port_in_use", Category.PORT_IN_USE, (r"Address already in use",)),
+    Signature("bad_flag", Category.BAD_FLAG, (r"error: unrecognized arguments", r"error: argument ")),
+    Signature("engine_core_init_failed", Category.CRASH, (r"Engine core initialization failed",)),
+)
+
+_KV = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.,]+)x")
+
+
+class VllmAdapter(EngineAdapter):
+    name = "vllm"
+    signatures = SIGNATURES
+
+    def executable(self) -> list[str]:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+
+    def model_problem(self, path: str) -> str | None:
+        return hub_or_local_problem(path)
+
+    def model_args(self, model_path: str) -> list[str]:
+        return ["--model", model_path]
+
+    def ready(self, client: httpx.Client, base_url: str, *, model: str) -> bool:
+        try:
+            if client.get(f"{base_url}/health").status_code != 200:
+                return False
+        except httpx.TransportError:
+            return False
+        return completion_works(client, base_url, model, {"ignore_eos": True})
+
+    def capacity(self, log_text: str, client: httpx.Client | None, base_url: str | None) -> Capacity:
+        sources: dict[str, dict[str, Any]] = {}
+        if log := parse_log(log_text):
+            sources["log"] = log
+        if client is not None and base_url is not None:
+            try:
+                labels = metric_labels(client.get(f"{base_url}/metrics").text, "vllm:cache_config_info")
+            except httpx.TransportError:
+                labels = {}
+            if "kv_cache_size_tokens" in labels:
+                sources["/metrics"] = {"kv_tokens": to_int(labels["kv_cache_size_tokens"]), **labels}
+        return reconcile(sources)
+
+
+def parse_log(log_text: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if m := last_int(_KV, log_text):
+        values["kv_tokens"] = to_int(m[1])
+    if m := last_int(_CONCURRENCY, log_text):
+        values["context_per_request"] = to_int(m[1])
+        values["max_concurrency_at_context"] = float(m[2].replace(",", ""))
+    return values

@@ -1,0 +1,58 @@
+"""Evidence: the facts behind a failed or suspicious server, kept as plain data."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Evidence", "LogLine"]
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a server log, 1-based line number."""
+
+    number: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What was launched, how it ended and which log lines say why.
+
+    ``signature`` is the name of the failure signature that matched
+    (e.g. ``"kv_cache_oom"``), or ``None`` when nothing matched.
+    """
+
+    argv: tuple[str, ...]
+    elapsed_s: float
+    signature: str | None = None
+    summary: str = ""
+    returncode: int | None = None
+    signal: str | None = None
+    lines: tuple[LogLine, ...] = ()
+    log_path: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["argv"] = list(self.argv)
+        data["lines"] = [asdict(line) for line in self.lines]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Evidence:
+        return cls(
+            **{
+                **data,
+                "argv": tuple(data["argv"]),
+                "lines": tuple(LogLine(**line) for line in data.get("lines", ())),
+            }
+        )
+
+    def describe(self) -> str:
+        """One line for tables and logs."""
+        how = f"exit {self.returncode}" if self.returncode is not None else (self.signal or "running")
+        head = self.signature or "unclassified"
+        first = f": {self.lines[0].text.strip()[:160]}" if self.lines else ""
+        return f"{head} ({how}, {self.elapsed_s:.1f}s){first}"

@@ -1,0 +1,99 @@
+"""The exception tree of tuner.
+
+Everything below the driver raises; exactly one function
+(:func:`tuner.driver.state_for`) turns these into Optuna trial states.
+
+    TunerError
+    ├── ConfigError                 bad input: a space, an objective, a CLI value (exit code 2)
+    │   └── SpaceError              a search-space file; names the file and the key path
+    ├── ProvisionError              an engine or model could not be installed or found
+    ├── ConfigInfeasible            the config cannot run at all (trial PRUNED)
+    │   ├── StartupFailed           the server died or logged a fatal line before it was ready
+    │   ├── StartupTimeout          the server never became ready within the startup timeout
+    │   └── ScreenedOut             the pre-screen predicted a failure; nothing was launched
+    ├── ProbeError                  a probe could not produce a measurement (trial FAIL)
+    ├── TeardownError               a process of the server's group outlived the teardown
+    └── InfrastructureError         not the config's fault: disk, Ray, lost worker (trial FAIL, retried)
+
+Errors that concern a launched server carry an :class:`~tuner.evidence.Evidence`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tuner.evidence import Evidence
+
+__all__ = [
+    "ConfigError",
+    "ConfigInfeasible",
+    "InfrastructureError",
+    "ProbeError",
+    "ProvisionError",
+    "ScreenedOut",
+    "SpaceError",
+    "StartupFailed",
+    "StartupTimeout",
+    "TeardownError",
+    "TunerError",
+]
+
+
+class TunerError(Exception):
+    """Base of every error tuner raises on purpose."""
+
+
+class ConfigError(TunerError):
+    """Bad user input. The message is one line, ready to print."""
+
+
+class SpaceError(ConfigError):
+    """A search-space file is invalid.
+
+    ``str()`` is ``"<file>: <key.path>: <problem>"``.
+    """
+
+    def __init__(self, path: str, key: str, problem: str) -> None:
+        self.path = path
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{path}: {key}: {problem}" if key else f"{path}: {problem}")
+
+
+class ProvisionError(TunerError):
+    """An engine binary or a model could not be installed or found."""
+
+
+class _WithEvidence(TunerError):
+    def __init__(self, message: str, *, evidence: Evidence) -> None:
+        super().__init__(message)
+        self.evidence = evidence
+
+
+class ConfigInfeasible(_WithEvidence):
+    """The configuration cannot serve; the evidence says why."""
+
+
+class StartupFailed(ConfigInfeasible):
+    """The server exited, or logged a fatal line, before it was ready."""
+
+
+class StartupTimeout(ConfigInfeasible):
+    """The server did not become ready within the startup timeout."""
+
+
+class ScreenedOut(ConfigInfeasible):
+    """The pre-screen predicted that this config cannot start; nothing was launched."""
+
+
+class ProbeError(_WithEvidence):
+    """A probe could not measure the running server."""
+
+
+class TeardownError(_WithEvidence):
+    """A process of the server's group was still alive after TERM and KILL."""
+
+
+class InfrastructureError(TunerError):
+    """A fault of the machinery around the trial, not of the config."""

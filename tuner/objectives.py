@@ -1,0 +1,134 @@
+"""Objectives: named sets of metrics with directions, plus constraints, from ``objectives/*.yaml``.
+
+A metric is ``<probe>.<name>`` as a :class:`~tuner.records.TrialOutcome` reports it, e.g.
+``load.output_tok_s@32`` or ``recall.effective_context``. Constraints are ``<metric> <op> <number>``
+and reach Optuna as constraint values (<= 0 feasible), so the sampler learns them.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tuner.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from tuner.records import TrialOutcome
+    from tuner.space import SearchSpace
+
+__all__ = ["Evaluation", "Objective", "ObjectiveSet", "available_metrics", "load"]
+
+OBJECTIVES_DIR = Path(__file__).resolve().parents[1] / "objectives"
+_CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9_.@-]+)\s*(<=|>=|==|<|>)\s*(-?[0-9.]+(?:e-?\d+)?)\s*$")
+_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt}
+
+
+class Objective(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: str
+    direction: Literal["maximize", "minimize"]
+
+
+class MetricConstraint(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: str
+    op: str
+    bound: float
+
+    def violation(self, value: float | None) -> float:
+        """Optuna's convention: <= 0 is feasible; a missing value is a full violation."""
+        if value is None:
+            return 1.0
+        if _OPS[self.op](value, self.bound):
+            return 0.0
+        return abs(value - self.bound) / max(abs(self.bound), 1.0) or 1e-9
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.bound:g}"
+
+
+class Evaluation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    values: tuple[float, ...]
+    violations: tuple[float, ...]
+    violated: tuple[str, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violated
+
+
+class ObjectiveSet(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    objectives: list[Objective] = Field(min_length=1)
+    constraints: list[MetricConstraint] = Field(default_factory=list)
+
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _parse(cls, items: list[object]) -> list[object]:
+        parsed = []
+        for item in items or []:
+            if isinstance(item, str):
+                match = _CONSTRAINT.match(item)
+                if not match:
+                    raise ValueError(f"constraint {item!r} is not '<metric> <op> <number>'")
+                item = {"metric": match[1], "op": match[2], "bound": float(match[3])}
+            parsed.append(item)
+        return parsed
+
+    @property
+    def directions(self) -> list[str]:
+        return [o.direction for o in self.objectives]
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [o.metric for o in self.objectives]
+
+    def metric_refs(self) -> Iterator[tuple[str, str]]:
+        for i, o in enumerate(self.objectives):
+            yield f"objectives[{i}]", o.metric
+        for i, c in enumerate(self.constraints):
+            yield f"constraints[{i}]", c.metric
+
+    def evaluate(self, outcome: TrialOutcome) -> Evaluation:
+        """Objective values and constraint violations of a served trial.
+
+        A missing objective metric is an error of the probes (never a silent zero)."""
+        metrics = outcome.metrics()
+        missing = [m for m in self.metric_names if m not in metrics]
+        if missing:
+            raise KeyError(f"the probes did not report {missing}")
+        violations = tuple(c.violation(metrics.get(c.metric)) for c in self.constraints)
+        violated = tuple(str(c) for c, v in zip(self.constraints, violations, strict=True) if v > 0)
+        return Evaluation(
+            values=tuple(metrics[m] for m in self.metric_names), violations=violations, violated=violated
+        )
+
+
+def load(name: str) -> ObjectiveSet:
+    """The objective set ``objectives/<name>.yaml`` (or a path to a YAML file)."""
+    path = Path(name)
+    if not path.is_file():
+        path = OBJECTIVES_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in OBJECTIVES_DIR.glob("*.yaml"))
+        raise ConfigError(f"unknown objective set {name!r}; available: {known}")
+    try:
+        return ObjectiveSet.model_validate(yaml.safe_load(path.read_text()))
+    except (ValidationError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {str(exc).splitlines()[0]}") from None
+
+
+def available_metrics(space: SearchSpace) -> set[str]:
+    """Every metric name the space's probes can report."""
+    from tuner.probes import metric_names
+
+    return metric_names(space)

@@ -1,0 +1,30 @@
+"""Probes measure a running server: load (throughput, latency) and recall (effective context)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tuner.probes._base import Probe, ServerHandle
+from tuner.probes.load import LoadProbe
+from tuner.probes.recall import RecallProbe
+
+if TYPE_CHECKING:
+    from tuner.space import SearchSpace
+
+__all__ = ["LoadProbe", "Probe", "RecallProbe", "ServerHandle", "from_space", "metric_names"]
+
+_PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, RecallProbe)}
+CAPACITY_METRICS = {"capacity.kv_tokens", "capacity.max_running_requests", "capacity.context_per_request"}
+
+
+def from_space(space: SearchSpace) -> list[Probe]:
+    """The probes a space asks for, in the order they run (load first: it is the cheapest)."""
+    specs = space.probes
+    return [_PROBES[name](spec) for name in _PROBES if (spec := getattr(specs, name)) is not None]
+
+
+def metric_names(space: SearchSpace) -> set[str]:
+    names = set(CAPACITY_METRICS)
+    for probe in from_space(space):
+        names |= {f"{probe.name}.{m}" for m in probe.metric_names(probe.spec)}
+    return names

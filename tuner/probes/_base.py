@@ -1,0 +1,47 @@
+"""The probe contract and what a probe gets to know about the server it measures."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tuner.records import Capacity, ProbeResult
+
+__all__ = ["Probe", "ServerHandle"]
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    """How a probe reaches a running server: its URL, the model name to send, its capacity."""
+
+    url: str
+    model: str
+    capacity: Capacity
+    engine: str
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+class Probe(ABC):
+    """Measures one aspect of a running server.
+
+    ``run`` returns a :class:`ProbeResult` whose metric names are exactly those
+    ``metric_names`` announces for the same spec (objectives are validated against them),
+    or raises :class:`~tuner.exceptions.ProbeError` with evidence when it cannot measure.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+    @abstractmethod
+    def run(self, server: ServerHandle) -> ProbeResult: ...
+
+    @classmethod
+    @abstractmethod
+    def metric_names(cls, spec: Any) -> set[str]: ...

@@ -1,0 +1,55 @@
+"""Prompts of an exact token length, measured with the server's own tokenizer (``/tokenize``)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import httpx
+
+__all__ = ["Tokenizer", "filler_words"]
+
+_WORDS = (
+    "river stone garden window paper market silver forest candle morning harbor pencil valley "
+    "lantern meadow copper island thunder marble orchard canyon feather velvet compass glacier "
+    "saddle quartz willow ember prairie beacon tunnel"
+).split()
+
+
+def filler_words(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [rng.choice(_WORDS) for _ in range(count)]
+
+
+class Tokenizer:
+    """Counts tokens with the server's ``/tokenize`` endpoint (llama.cpp, vLLM, SGLang all have one)."""
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, model: str) -> None:
+        self.client = client
+        self.base_url = base_url
+        self.model = model
+
+    async def count(self, text: str) -> int:
+        reply = await self.client.post(
+            f"{self.base_url}/tokenize", json={"content": text, "prompt": text, "model": self.model}
+        )
+        reply.raise_for_status()
+        data = reply.json()
+        return int(data["count"]) if "count" in data else len(data["tokens"])
+
+    async def fit(self, build: Callable[[int], str], target: int, low: int = 1, high: int | None = None) -> tuple[str, int]:
+        """The longest ``build(n)`` (``n`` words) whose token count is <= ``target``.
+
+        Returns the text and its exact token count. Binary search: ~log2(target) calls."""
+        high = high or max(2, target * 2)
+        best = (build(low), await self.count(build(low)))
+        while low <= high:
+            mid = (low + high) // 2
+            text = build(mid)
+            tokens = await self.count(text)
+            if tokens <= target:
+                best = (text, tokens)
+                low = mid + 1
+            else:
+                high = mid - 1
+        return best

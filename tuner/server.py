@@ -1,0 +1,274 @@
+"""A server's lifetime: start in its own process group, wait until it really serves, end it all.
+
+``ServerProcess`` is a context manager. Output goes line by line (secrets redacted) to the
+trial's ``server.log``; a reader thread watches each line for the adapter's fatal signatures so
+that waiting stops the moment one appears. Teardown signals the whole process group (TERM,
+TERM, then KILL) and verifies that no process of the group or session is left and that the
+port is free. Nothing is ever killed by name or by port.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+import httpx
+
+from tuner.engines import Command, EngineAdapter, Signature
+from tuner.engines._signatures import first_fatal
+from tuner.evidence import Evidence, LogLine
+from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
+
+__all__ = ["ServerProcess", "group_members"]
+
+logger = logging.getLogger(__name__)
+
+
+class ServerProcess:
+    """One engine server. Use as ``with ServerProcess(...) as server: server.wait_ready()``."""
+
+    def __init__(
+        self,
+        command: Command,
+        *,
+        adapter: EngineAdapter,
+        log_path: Path,
+        host: str,
+        port: int,
+        model: str,
+        startup_timeout: float,
+        memory_cap: int | None = None,
+        fatal_grace: float = 2.0,
+        term_timeout: float = 5.0,
+        poll_interval: float = 0.2,
+    ) -> None:
+        self.command = command
+        self.adapter = adapter
+        self.log_path = Path(log_path)
+        self.host = host
+        self.port = port
+        self.model = model
+        self.startup_timeout = startup_timeout
+        self.memory_cap = memory_cap
+        self.fatal_grace = fatal_grace
+        self.term_timeout = term_timeout
+        self.poll_interval = poll_interval
+        self.proc: subprocess.Popen[str] | None = None
+        self.started_at = 0.0
+        self.ready_at: float | None = None
+        self._fatal: tuple[Signature, str] | None = None
+        self._fatal_seen = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "server not started"
+        return self.proc.pid
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the reader thread
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            list(self.command.argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            env={**os.environ, **self.command.env},
+            start_new_session=True,
+            preexec_fn=_memory_cap(self.memory_cap),
+        )
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout, log), daemon=True)
+        self._reader.start()
+        logger.info("started pid %d on port %d: %s", self.proc.pid, self.port, self.command.shell_line())
+
+    def _read(self, stream: IO[str], log: IO[str]) -> None:
+        with log:
+            for line in stream:
+                log.write(self.command.redact(line))
+                log.flush()
+                if self._fatal is None and (sig := first_fatal(self.adapter.signatures, line)):
+                    self._fatal = (sig, line.rstrip())
+                    self._fatal_seen.set()
+
+    def wait_ready(self) -> float:
+        """Block until the server serves a real completion; returns seconds taken.
+
+        Raises :class:`StartupFailed` as soon as the process exits or prints a fatal line,
+        :class:`StartupTimeout` when the startup timeout passes first."""
+        assert self.proc is not None, "server not started"
+        deadline = self.started_at + self.startup_timeout
+        with httpx.Client(timeout=httpx.Timeout(10.0, connect=1.0), trust_env=False) as client:
+            while True:
+                if self._fatal_seen.is_set():
+                    self._let_it_exit()
+                    raise StartupFailed(f"fatal log line: {self._fatal[1]}", evidence=self.evidence())  # type: ignore[index]
+                if self.proc.poll() is not None:
+                    raise StartupFailed(f"server exited with {self.proc.returncode}", evidence=self.evidence())
+                if self.adapter.ready(client, self.url, model=self.model):
+                    self.ready_at = time.monotonic()
+                    return self.ready_at - self.started_at
+                if time.monotonic() >= deadline:
+                    raise StartupTimeout(
+                        f"not ready after {self.startup_timeout:.0f}s",
+                        evidence=self.evidence(default_signature="startup_timeout"),
+                    )
+                self._fatal_seen.wait(self.poll_interval)
+
+    def _let_it_exit(self) -> None:
+        """After a fatal line, give the engine a moment to write its last lines and exit."""
+        assert self.proc is not None
+        try:
+            self.proc.wait(self.fatal_grace)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._reader is not None and self.proc.poll() is not None:
+            self._reader.join(1.0)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def evidence(self, *, default_signature: str | None = None) -> Evidence:
+        """What happened so far: argv, exit status, elapsed, matched signature and lines."""
+        assert self.proc is not None
+        code = self.proc.poll()
+        text = self.log_text()
+        match = self.adapter.classify(text)
+        details = dict(match.details) if match else {}
+        if match is None and self._fatal is not None:
+            details["fatal_line"] = self._fatal[1]
+        return Evidence(
+            argv=tuple(self.command.redact(a) for a in self.command.argv),
+            elapsed_s=round(time.monotonic() - self.started_at, 3),
+            signature=match.signature.name if match else default_signature,
+            summary=match.signature.category if match else "",
+            returncode=code if code is None or code >= 0 else None,
+            signal=signal.Signals(-code).name if code is not None and code < 0 else None,
+            lines=match.lines if match else _tail(text),
+            log_path=str(self.log_path),
+            details=details,
+        )
+
+    def stop(self) -> float:
+        """TERM the group, TERM again, KILL; verify nothing of it is left. Returns seconds taken."""
+        if self.proc is None:
+            return 0.0
+        begun = time.monotonic()
+        pgid = self.proc.pid
+        for sig, wait in ((signal.SIGTERM, self.term_timeout), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+            if not group_members(pgid):
+                break
+            _signal_group(pgid, sig)
+            _wait_group_gone(pgid, self.proc, wait)
+        _reap(self.proc)
+        if self._reader is not None:
+            self._reader.join(2.0)
+        survivors = group_members(pgid)
+        if survivors:
+            raise TeardownError(f"processes {survivors} of group {pgid} survived KILL", evidence=self.evidence())
+        if not _port_free(self.host, self.port):
+            raise TeardownError(f"port {self.port} still bound after teardown", evidence=self.evidence())
+        return time.monotonic() - begun
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids whose process group or session is ``pgid``."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, pgrp, session = fields[0], int(fields[2]), int(fields[3])
+        if state != "Z" and pgid in (pgrp, session):
+            members.append(int(entry.name))
+    return members
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    for pid in group_members(pgid):  # members that moved to a new group but stayed in the session
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _wait_group_gone(pgid: int, proc: subprocess.Popen[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.poll()
+        if not group_members(pgid):
+            return
+        time.sleep(0.05)
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
+    try:
+        proc.wait(1.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _port_free(host: str, port: int, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+                return True
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+        time.sleep(0.1)
+
+
+def _memory_cap(limit: int | None):  # type: ignore[no-untyped-def]
+    """A preexec function capping the server's address space (like a GPU partition's memory)."""
+    if limit is None:
+        return None
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def _tail(text: str, count: int = 8) -> tuple[LogLine, ...]:
+    lines = text.splitlines()
+    start = max(0, len(lines) - count)
+    return tuple(LogLine(start + i + 1, line) for i, line in enumerate(lines[start:]))

@@ -1,0 +1,42 @@
+"""Search spaces: the schema, loading with one-line errors, and define-by-run sampling."""
+
+from tuner.space._constraints import Constraint, parse_constraint
+from tuner.space._load import DEFAULT_SPACE, load, resolve_path, validate
+from tuner.space._model import (
+    Budget,
+    CategoricalParam,
+    FloatParam,
+    Hardware,
+    IntParam,
+    LoadProbeSpec,
+    ModelSpec,
+    ProbesSpec,
+    RecallProbeSpec,
+    SamplerSpec,
+    SearchSpace,
+    ServerSpec,
+)
+from tuner.space._suggest import suggest, violated_constraints
+
+__all__ = [
+    "DEFAULT_SPACE",
+    "Budget",
+    "CategoricalParam",
+    "Constraint",
+    "FloatParam",
+    "Hardware",
+    "IntParam",
+    "LoadProbeSpec",
+    "ModelSpec",
+    "ProbesSpec",
+    "RecallProbeSpec",
+    "SamplerSpec",
+    "SearchSpace",
+    "ServerSpec",
+    "load",
+    "parse_constraint",
+    "resolve_path",
+    "suggest",
+    "validate",
+    "violated_constraints",
+]

@@ -1,0 +1,101 @@
+"""Load and validate a search-space file; every problem is one line naming the file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tuner import engines, objectives
+from tuner.exceptions import ConfigError, SpaceError
+from tuner.space._constraints import parse_constraint
+from tuner.space._model import SearchSpace
+
+__all__ = ["DEFAULT_SPACE", "load", "resolve_path", "validate"]
+
+DEFAULT_SPACE = "cpu-llamacpp"
+SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+_PARAM_TAGS = {"int", "float", "categorical"}
+
+
+def resolve_path(name_or_path: str | None) -> Path:
+    """A path as given, or a bare name looked up in ``search_spaces/`` (``.yaml`` optional)."""
+    candidate = Path(name_or_path or DEFAULT_SPACE)
+    if candidate.is_file():
+        return candidate
+    if candidate.parent == Path("."):
+        for folder in (Path.cwd() / "search_spaces", SPACES_DIR):
+            for name in (candidate.name, f"{candidate.name}.yaml"):
+                if (folder / name).is_file():
+                    return folder / name
+    raise ConfigError(f"{candidate}: no such search space (looked in ./, ./search_spaces/ and {SPACES_DIR})")
+
+
+def load(name_or_path: str | None = None) -> tuple[SearchSpace, Path]:
+    """Parse, validate and cross-check a space; raises :class:`SpaceError` on the first problem."""
+    path = resolve_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        raise SpaceError(str(path), where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    return validate(raw, str(path)), path
+
+
+def validate(raw: Any, source: str) -> SearchSpace:
+    if not isinstance(raw, dict):
+        raise SpaceError(source, "", "must be a mapping of keys (engine, model, parameters, ...)")
+    try:
+        space = SearchSpace.model_validate(raw)
+    except ValidationError as exc:
+        raise _first_error(exc, source) from None
+    _cross_check(space, source)
+    return space
+
+
+def _first_error(exc: ValidationError, source: str) -> SpaceError:
+    errors = exc.errors()
+    first = errors[0]
+    loc = [str(part) for i, part in enumerate(first["loc"]) if not _is_union_tag(first["loc"], i)]
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif first["type"] == "missing":
+        message = "required key is missing"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return SpaceError(source, ".".join(loc), message + more)
+
+
+def _is_union_tag(loc: tuple[Any, ...], i: int) -> bool:
+    return i == 2 and loc[0] == "parameters" and loc[i] in _PARAM_TAGS
+
+
+def _cross_check(space: SearchSpace, source: str) -> None:
+    try:
+        adapter = engines.get(space.engine)
+    except ConfigError as exc:
+        raise SpaceError(source, "engine", str(exc)) from None
+    if problem := adapter.model_problem(space.model.path):
+        raise SpaceError(source, "model.path", problem)
+    known = set(space.parameters) | set(space.server.flags)
+    for i, text in enumerate(space.constraints):
+        try:
+            constraint = parse_constraint(text)
+        except ValueError as exc:
+            raise SpaceError(source, f"constraints[{i}]", str(exc)) from None
+        unknown = sorted(constraint.names - known)
+        if unknown:
+            raise SpaceError(source, f"constraints[{i}]", f"unknown parameter {unknown[0]!r}")
+    try:
+        objective = objectives.load(space.objectives)
+    except ConfigError as exc:
+        raise SpaceError(source, "objectives", str(exc)) from None
+    available = objectives.available_metrics(space)
+    for key, metric in objective.metric_refs():
+        if metric not in available:
+            raise SpaceError(
+                source, "objectives", f"{objective.name}: {key} uses {metric!r}, which this space's probes do not measure"
+            )

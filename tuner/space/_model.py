@@ -1,0 +1,262 @@
+"""The search-space schema: pydantic models, extra keys forbidden, checked on load."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tuner.units import parse_bytes, parse_duration
+
+__all__ = [
+    "Budget",
+    "CategoricalParam",
+    "FloatParam",
+    "Hardware",
+    "IntParam",
+    "LoadProbeSpec",
+    "ModelSpec",
+    "Parameter",
+    "ProbesSpec",
+    "RecallProbeSpec",
+    "SamplerSpec",
+    "SearchSpace",
+    "ServerSpec",
+]
+
+Scalar = Union[bool, int, float, str]
+_SHELL_META = re.compile(r"[;&|`$<>(){}\n\r*?!\\\"']")
+_FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntParam(_Strict):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(1, ge=1)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> IntParam:
+        _check_range(self.low, self.high, self.log)
+        if self.log and self.step != 1:
+            raise ValueError("step cannot be combined with log")
+        return self
+
+
+class FloatParam(_Strict):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = Field(None, gt=0)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> FloatParam:
+        _check_range(self.low, self.high, self.log)
+        if self.log and self.step is not None:
+            raise ValueError("step cannot be combined with log")
+        return self
+
+
+class CategoricalParam(_Strict):
+    type: Literal["categorical"]
+    choices: list[Scalar] = Field(min_length=1)
+
+    @field_validator("choices")
+    @classmethod
+    def _unique(cls, choices: list[Scalar]) -> list[Scalar]:
+        if len({repr(c) for c in choices}) != len(choices):
+            raise ValueError("choices must be unique")
+        return choices
+
+
+Parameter = Annotated[Union[IntParam, FloatParam, CategoricalParam], Field(discriminator="type")]
+
+
+def _check_range(low: float, high: float, log: bool) -> None:
+    if low > high:
+        raise ValueError(f"low ({low}) > high ({high})")
+    if log and low <= 0:
+        raise ValueError(f"log scale needs low > 0, got {low}")
+
+
+def check_path(value: str) -> str:
+    """A path must not carry shell metacharacters: it ends up in exported shell commands."""
+    if _SHELL_META.search(value):
+        raise ValueError(f"path {value!r} contains shell metacharacters")
+    return value
+
+
+class ModelSpec(_Strict):
+    """``path`` is a file, or ``builtin:<name>`` for a model the engine provisions itself."""
+
+    path: str
+    name: str | None = None
+
+    _check_path = field_validator("path")(classmethod(lambda cls, v: check_path(v)))
+
+
+class ServerSpec(_Strict):
+    host: str = "127.0.0.1"
+    flags: dict[str, Scalar] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout: float = 120.0
+    memory_cap: int | None = None
+    api_key_env: str | None = None
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, flags: dict[str, Scalar]) -> dict[str, Scalar]:
+        for name in flags:
+            if not _FLAG_NAME.match(name):
+                raise ValueError(f"flag name {name!r} must be letters, digits, '-' or '_'")
+        return flags
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"environment variable name {name!r} is not valid")
+        return env
+
+    @field_validator("startup_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("memory_cap", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int | None:
+        return None if v is None else parse_bytes(v)
+
+
+class LoadProbeSpec(_Strict):
+    api: Literal["completions", "chat"] = "completions"
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], min_length=1)
+    target: int | None = Field(None, ge=1)
+    prompt_tokens: int = Field(128, ge=1)
+    output_tokens: int = Field(64, ge=1)
+    requests: int = Field(8, ge=1)
+    warmup: int = Field(1, ge=0)
+    request_timeout: float = 120.0
+
+    @field_validator("request_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @model_validator(mode="after")
+    def _target_in_levels(self) -> LoadProbeSpec:
+        if self.target is not None and self.target not in self.concurrency:
+            raise ValueError(f"target {self.target} is not one of concurrency {self.concurrency}")
+        return self
+
+    @property
+    def target_concurrency(self) -> int:
+        return self.target if self.target is not None else max(self.concurrency)
+
+
+class RecallProbeSpec(_Strict):
+    lengths: list[Annotated[int, Field(ge=64)]] = Field(min_length=1)
+    depths: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=lambda: [0.5], min_length=1)
+    threshold: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int = 0
+    request_timeout: float = 600.0
+
+    @field_validator("request_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("lengths")
+    @classmethod
+    def _ascending(cls, lengths: list[int]) -> list[int]:
+        if lengths != sorted(set(lengths)):
+            raise ValueError("lengths must be unique and ascending")
+        return lengths
+
+
+class ProbesSpec(_Strict):
+    load: LoadProbeSpec | None = Field(default_factory=LoadProbeSpec)
+    recall: RecallProbeSpec | None = None
+
+
+class Budget(_Strict):
+    trials: int = Field(8, ge=1)
+    timeout: float | None = None
+    trial_timeout: float | None = None
+
+    @field_validator("timeout", "trial_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float | None:
+        return None if v is None else parse_duration(v)
+
+
+class Hardware(_Strict):
+    """Devices the study may use: CPU cores or GPU ids; ``per_trial`` is a count or a parameter name."""
+
+    kind: Literal["cpu", "gpu"] = "cpu"
+    devices: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
+    per_trial: int | str = 1
+    accelerator: str | None = None
+
+    @field_validator("devices")
+    @classmethod
+    def _unique(cls, devices: list[int]) -> list[int]:
+        if len(set(devices)) != len(devices):
+            raise ValueError("devices must be unique")
+        return devices
+
+    @model_validator(mode="after")
+    def _fits(self) -> Hardware:
+        if isinstance(self.per_trial, int) and not 1 <= self.per_trial <= len(self.devices):
+            raise ValueError(f"per_trial ({self.per_trial}) must be between 1 and {len(self.devices)} devices")
+        return self
+
+
+class SamplerSpec(_Strict):
+    name: Literal["tpe", "nsga2", "random", "gp"] = "tpe"
+    seed: int | None = 0
+    startup_trials: int = Field(4, ge=0)
+
+
+class SearchSpace(_Strict):
+    """A whole search space. Cross-field checks that need the engine registry live in ``load``."""
+
+    name: str | None = None
+    description: str | None = None
+    engine: str
+    model: ModelSpec
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    parameters: dict[str, Parameter] = Field(min_length=1)
+    constraints: list[str] = Field(default_factory=list)
+    probes: ProbesSpec = Field(default_factory=ProbesSpec)
+    objectives: str = "throughput-vs-context"
+    budget: Budget = Field(default_factory=Budget)
+    hardware: Hardware = Field(default_factory=Hardware)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+
+    @field_validator("parameters")
+    @classmethod
+    def _param_names(cls, params: dict[str, Any]) -> dict[str, Any]:
+        for name in params:
+            if not _FLAG_NAME.match(name):
+                raise ValueError(f"parameter name {name!r} must be letters, digits, '-' or '_'")
+        return params
+
+    @model_validator(mode="after")
+    def _cross(self) -> SearchSpace:
+        clash = sorted(set(self.parameters) & set(self.server.flags))
+        if clash:
+            raise ValueError(f"{clash[0]!r} is both a parameter and a fixed flag")
+        if isinstance(self.hardware.per_trial, str) and self.hardware.per_trial not in self.parameters:
+            raise ValueError(f"hardware.per_trial names {self.hardware.per_trial!r}, which is not a parameter")
+        return self

@@ -1,0 +1,94 @@
+"""Open or resume an Optuna study for a space; the space is stored with the study."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+import optuna
+
+from tuner.exceptions import ConfigError
+from tuner.objectives import ObjectiveSet
+from tuner.space import SearchSpace
+
+__all__ = ["make_sampler", "open_study", "space_fingerprint", "stored_space"]
+
+logger = logging.getLogger(__name__)
+
+SPACE_ATTR = "tuner.space"
+FINGERPRINT_ATTR = "tuner.space_sha256"
+SOURCE_ATTR = "tuner.space_file"
+
+
+def space_fingerprint(space: SearchSpace) -> str:
+    """A digest of the validated space, independent of YAML formatting and comments."""
+    canonical = json.dumps(space.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def make_sampler(space: SearchSpace, *, name: str | None = None, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    spec = space.sampler
+    name = name or spec.name
+    seed = spec.seed if seed is None else seed
+    if name == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=spec.startup_trials, multivariate=True, constant_liar=True
+        )
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=spec.startup_trials)
+    raise ConfigError(f"unknown sampler {name!r}; available: ['gp', 'nsga2', 'random', 'tpe']")
+
+
+def open_study(
+    space: SearchSpace,
+    objective: ObjectiveSet,
+    *,
+    name: str,
+    storage: str,
+    source: str,
+    force: bool = False,
+    sampler: str | None = None,
+) -> optuna.Study:
+    """Create the study, or resume it when it exists with the same space.
+
+    A different space is refused unless ``force``; then the new space is stored and the study
+    goes on (earlier trials keep their own params)."""
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        directions=objective.directions,
+        sampler=make_sampler(space, name=sampler),
+        load_if_exists=True,
+    )
+    if [d.name.lower() for d in study.directions] != objective.directions:
+        raise ConfigError(
+            f"study {name!r} optimizes {len(study.directions)} objectives, "
+            f"but objective set {objective.name!r} has {len(objective.directions)}: use another --study"
+        )
+    fingerprint = space_fingerprint(space)
+    stored = study.user_attrs.get(FINGERPRINT_ATTR)
+    if stored is not None and stored != fingerprint and not force:
+        raise ConfigError(
+            f"study {name!r} was created with a different space "
+            f"({study.user_attrs.get(SOURCE_ATTR)}); rerun with --force to continue it with {source}, "
+            "or choose another --study"
+        )
+    if stored != fingerprint:
+        if stored is not None:
+            logger.warning("study %s: space changed (forced); continuing with %s", name, source)
+        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+        study.set_user_attr(SPACE_ATTR, space.model_dump(mode="json"))
+        study.set_user_attr(SOURCE_ATTR, source)
+        study.set_user_attr("tuner.objectives", objective.model_dump(mode="json"))
+        study.set_metric_names(objective.metric_names)
+    return study
+
+
+def stored_space(study: optuna.Study) -> dict[str, Any] | None:
+    return study.user_attrs.get(SPACE_ATTR)

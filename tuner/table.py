@@ -1,0 +1,41 @@
+"""Trials as a table (pandas): the CSV beside each study and `tune status`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+
+__all__ = ["trials_frame", "write_trials_csv"]
+
+_METRICS = ("load.output_tok_s", "recall.effective_context", "capacity.context_per_request", "load.ttft_p99")
+
+
+def trials_frame(study: optuna.Study) -> pd.DataFrame:
+    rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
+    return pd.DataFrame(rows)
+
+
+def _row(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    metrics = t.user_attrs.get("metrics", {})
+    timings = t.user_attrs.get("timings", {})
+    row: dict[str, Any] = {"number": t.number, "state": t.state.name}
+    row.update({f"param.{k}": v for k, v in t.params.items()})
+    names = study.metric_names or [f"value{i}" for i in range(len(study.directions))]
+    for name, value in zip(names, t.values or [None] * len(names), strict=False):
+        row[name] = value
+    row.update({m: metrics.get(m) for m in _METRICS if m not in row})
+    row["startup_s"] = timings.get("startup_s") or t.user_attrs.get("evidence", {}).get("elapsed_s")
+    row["probe_s"] = timings.get("probe_s")
+    row["feasible"] = all(v <= 0 for v in t.constraints.values()) if t.constraints else None
+    row["signature"] = t.user_attrs.get("signature")
+    row["note"] = t.user_attrs.get("invalid_combination") or t.user_attrs.get("error")
+    row["duration_s"] = t.duration.total_seconds() if t.duration else None
+    return row
+
+
+def write_trials_csv(study: optuna.Study, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    trials_frame(study).to_csv(path, index=False)

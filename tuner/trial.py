@@ -1,0 +1,82 @@
+"""One trial, end to end: launch the server for a config, probe it, tear it down, return a record.
+
+Runs in a worker (in-process or a Ray task); it never talks to Optuna and raises on failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tuner import engines, probes
+from tuner.artifacts import write_json
+from tuner.partitions import Partition
+from tuner.probes import ServerHandle
+from tuner.records import Timings, TrialOutcome
+from tuner.server import ServerProcess
+from tuner.space import SearchSpace
+
+__all__ = ["run_trial"]
+
+logger = logging.getLogger(__name__)
+
+
+def run_trial(space: SearchSpace, params: dict[str, Any], trial_dir: Path, partition: Partition) -> TrialOutcome:
+    """Serve ``params`` on ``partition`` and measure it. Writes command.txt, server.log, outcome.json.
+
+    Raises :class:`~tuner.exceptions.ConfigInfeasible` (with evidence) when the server does not
+    start, :class:`~tuner.exceptions.ProbeError` when it cannot be measured."""
+    adapter = engines.get(space.engine)
+    model_path = adapter.resolve_model(space.model.path)
+    api_key = os.environ.get(space.server.api_key_env) if space.server.api_key_env else None
+    host = space.server.host
+    port = partition.port(host)
+    command = adapter.command(
+        params,
+        space=space,
+        model_path=model_path,
+        port=port,
+        partition=partition,
+        secrets=(api_key,) if api_key else (),
+    )
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "command.txt").write_text(command.shell_line() + "\n")
+    started_at = time.time()
+    server = ServerProcess(
+        command,
+        adapter=adapter,
+        log_path=trial_dir / "server.log",
+        host=host,
+        port=port,
+        model=model_path,
+        startup_timeout=space.server.startup_timeout,
+        memory_cap=space.server.memory_cap,
+    )
+    server.start()
+    try:
+        startup_s = server.wait_ready()
+        logger.info("ready after %.1fs: %s", startup_s, trial_dir)
+        probe_began = time.monotonic()
+        with httpx.Client(timeout=10.0, trust_env=False) as client:
+            capacity = adapter.capacity(server.log_text(), client, server.url)
+        handle = ServerHandle(server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key)
+        results = tuple(probe.run(handle) for probe in probes.from_space(space))
+        probe_s = time.monotonic() - probe_began
+    finally:
+        teardown_s = server.stop()
+    outcome = TrialOutcome(
+        params=dict(params),
+        argv=tuple(command.redact(a) for a in command.argv),
+        capacity=capacity,
+        probes=results,
+        timings=Timings(startup_s, probe_s, teardown_s, started_at, time.time()),
+        log_path=str(server.log_path),
+        engine_version=adapter.version(),
+    )
+    write_json(trial_dir / "outcome.json", outcome.to_dict())
+    return outcome
