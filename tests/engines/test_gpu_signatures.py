@@ -1,0 +1,99 @@
+"""vLLM and SGLang signatures and capacity, on the lines quoted in shared/engines.md and
+shared/gpu/README.md (seen on a real H200 with vLLM 0.26 and SGLang 0.5.17)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner import engines
+from tuner.engines import Category
+
+VLLM_MAX_LEN = (
+    "ValueError: To serve at least one request with the model's max seq len (2000000), (244.14 GiB KV cache "
+    "is needed, which is larger than the available KV cache memory (27.07 GiB). Based on the available "
+    "memory, the estimated maximum model length is 221776. Try increasing `gpu_memory_utilization` or "
+    "decreasing `max_model_len` when initializing the engine."
+)
+ENGINE_CORE = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+
+
+@pytest.mark.parametrize(
+    ("engine", "text", "signature", "category"),
+    [
+        ("vllm", "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n" + ENGINE_CORE, "no_kv_cache_memory", Category.KV_CACHE),
+        ("vllm", VLLM_MAX_LEN + "\n" + ENGINE_CORE, "max_model_len_exceeds_kv", Category.CONTEXT_TOO_LONG),
+        ("vllm", VLLM_MAX_LEN.replace("model's", "models's"), "max_model_len_exceeds_kv", Category.CONTEXT_TOO_LONG),
+        ("vllm", "ValueError: Free memory on device cuda:0 (10.5/139.8 GiB) on startup is less than desired GPU memory utilization (0.9, 125.8 GiB).", "free_memory_below_utilization", Category.OUT_OF_MEMORY),
+        ("vllm", "ValueError: User-specified max_model_len (2000000) is greater than the derived max_model_len (max_position_embeddings=8192 in model's config.json).", "max_model_len_above_derived", Category.CONTEXT_TOO_LONG),
+        ("vllm", "ValueError: Failed to load model - not enough GPU memory", "model_load_oom", Category.OUT_OF_MEMORY),
+        ("vllm", "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests.", "cuda_oom", Category.OUT_OF_MEMORY),
+        ("vllm", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" + ENGINE_CORE, "cuda_oom", Category.OUT_OF_MEMORY),
+        ("vllm", ENGINE_CORE, "engine_core_init_failed", Category.CRASH),
+        ("sglang", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "not_enough_memory", Category.KV_CACHE),
+        ("sglang", "ValueError: Warning: User-specified context_length (2000000) is greater than the derived context_length (8192). This may lead to incorrect model outputs or CUDA errors.", "context_above_derived", Category.CONTEXT_TOO_LONG),
+        ("sglang", "Exception: Capture cuda graph failed: CUDA out of memory.\nPossible solutions:\n1. set --mem-fraction-static to a smaller value", "cuda_graph_capture_failed", Category.OUT_OF_MEMORY),
+        ("sglang", "Received sigquit from a child process. It usually means the child failed.", "child_failed", Category.CRASH),
+        ("sglang", "Scheduler hit an exception: Traceback (most recent call last):", "child_failed", Category.CRASH),
+    ],
+)
+def test_gpu_failure_lines(engine: str, text: str, signature: str, category: str) -> None:
+    match = engines.get(engine).classify("INFO starting\n" + text + "\n")
+    assert match is not None and match.signature.name == signature
+    assert match.signature.category == category
+    assert match.lines[0].number == 2
+
+
+def test_vllm_grade_of_max_len_failure() -> None:
+    match = engines.get("vllm").classify(VLLM_MAX_LEN)
+    assert match.details == {
+        "asked_max_model_len": 2000000,
+        "estimated_max_model_len": 221776,
+        "kv_needed_gib": 244.14,
+        "kv_available_gib": 27.07,
+    }
+
+
+def test_sglang_grade_of_context_failure() -> None:
+    line = "User-specified context_length (2000000) is greater than the derived context_length (8192)."
+    assert engines.get("sglang").classify(line).details == {
+        "asked_context_length": 2000000,
+        "derived_context_length": 8192,
+    }
+
+
+def test_vllm_capacity_last_line_wins_with_separators() -> None:
+    log = (
+        "INFO [kv_cache_utils.py] GPU KV cache size: 1,000 tokens\n"
+        "INFO [kv_cache_utils.py] GPU KV cache size: 908,560 tokens\n"
+        "INFO [kv_cache_utils.py] Maximum concurrency for 8,192 tokens per request: 110.91x\n"
+    )
+    cap = engines.get("vllm").capacity(log, None, None)
+    assert cap.kv_tokens == 908560
+    assert cap.context_per_request == 8192
+    assert cap.sources["log"]["max_concurrency_at_context"] == 110.91
+
+
+def test_sglang_capacity_from_both_lines() -> None:
+    log = (
+        "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 855873, K size: 52.24 GB, V size: 52.24 GB\n"
+        "max_total_num_tokens=855873, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        "max_running_requests=4096, context_len=8192, available_gpu_mem=19.03 GB\n"
+    )
+    cap = engines.get("sglang").capacity(log, None, None)
+    assert (cap.kv_tokens, cap.max_running_requests, cap.context_per_request) == (855873, 4096, 8192)
+    assert cap.sources["log"]["kv_pool_tokens"] == 855873
+
+
+def test_reconcile_flags_disagreement() -> None:
+    from tuner.engines._capacity import reconcile
+
+    cap = reconcile({"log": {"kv_tokens": 908560}, "/metrics": {"kv_tokens": 900000}})
+    assert cap.kv_tokens == 908560
+    assert cap.disagreements == ("kv_tokens: log says 908560, /metrics says 900000",)
+
+
+def test_unknown_engine_lists_known() -> None:
+    from tuner.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'tgi' is not registered; available: \['llamacpp', 'sglang', 'vllm'\]"):
+        engines.get("tgi")

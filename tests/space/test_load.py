@@ -1,0 +1,124 @@
+"""Validation of search spaces: every problem is one line naming the file, the key path, the problem."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, tiny_space
+from tuner import space as spaces
+from tuner.exceptions import ConfigError, SpaceError
+
+
+def _mutate(path: str, value: object) -> dict:
+    raw = copy.deepcopy(tiny_space())
+    raw["parameters"]["batch-size"] = {"type": "categorical", "choices": [256, 512]}
+    node = raw
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    if value is _DELETE:
+        del node[keys[-1]]
+    else:
+        node[keys[-1]] = value
+    return raw
+
+
+_DELETE = object()
+
+MALFORMED = [
+    # (mutation path, value, expected key path, expected words in the problem)
+    ("bogus", 1, "bogus", "unknown key"),
+    ("server.bogus", 1, "server.bogus", "unknown key"),
+    ("engine", "tgi", "engine", "not registered"),
+    ("engine", _DELETE, "engine", "required key is missing"),
+    ("model", _DELETE, "model", "required key is missing"),
+    ("model.path", "/no/such/model.gguf", "model.path", "does not exist"),
+    ("model.path", "model.gguf; rm -rf /", "model.path", "shell metacharacters"),
+    ("model.path", "builtin:llama-70b", "model.path", "unknown builtin model"),
+    ("parameters.ctx-size", {"type": "int", "low": 8192, "high": 1024}, "parameters.ctx-size", "low (8192) > high (1024)"),
+    ("parameters.ctx-size", {"type": "int", "low": "big", "high": 1024}, "parameters.ctx-size.low", "integer"),
+    ("parameters.ctx-size", {"type": "int", "low": 0, "high": 8, "log": True}, "parameters.ctx-size", "low > 0"),
+    ("parameters.ctx-size", {"type": "dice", "low": 1}, "parameters.ctx-size", "type"),
+    ("parameters.ctx-size", {"type": "categorical", "choices": []}, "parameters.ctx-size.choices", "at least 1"),
+    ("parameters.ctx-size", {"type": "int", "low": 1, "high": 9, "stride": 2}, "parameters.ctx-size.stride", "unknown key"),
+    ("parameters", {}, "parameters", "at least 1"),
+    ("constraints", ["ubatch-size <= batch-size"], "constraints[0]", "unknown parameter 'ubatch-size'"),
+    ("constraints", ["batch-size <=> 4"], "constraints[0]", "constraint"),
+    ("probes.load.concurrency", [0], "probes.load.concurrency.0", "greater than or equal to 1"),
+    ("probes.load.target", 64, "probes.load", "not one of concurrency"),
+    ("probes.recall", {"lengths": [4096, 1024]}, "probes.recall.lengths", "ascending"),
+    ("objectives", "speed-at-all-costs", "objectives", "unknown objective set"),
+    ("objectives", "throughput-vs-context", "objectives", "recall.effective_context"),
+    ("budget.trials", 0, "budget.trials", "greater than or equal to 1"),
+    ("budget.timeout", "eight hours", "budget.timeout", "not a duration"),
+    ("server.memory_cap", "lots", "server.memory_cap", "not a size"),
+    ("server.flags", {"--ctx size": 1}, "server.flags", "flag name"),
+    ("hardware.per_trial", 4, "hardware", "between 1 and 1"),
+    ("hardware.per_trial", "tp", "", "not a parameter"),
+    ("hardware.kind", "tpu", "hardware.kind", "'cpu' or 'gpu'"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "key", "words"), MALFORMED, ids=[m[0] + ":" + str(i) for i, m in enumerate(MALFORMED)])
+def test_malformed_space_names_file_key_and_problem(where: str, value: object, key: str, words: str) -> None:
+    with pytest.raises(SpaceError) as info:
+        spaces.validate(_mutate(where, value), "bad.yaml")
+    err = info.value
+    assert err.path == "bad.yaml"
+    assert err.key == key, str(err)
+    assert words in err.problem, str(err)
+    assert "\n" not in str(err)
+
+
+def test_not_yaml_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("engine: llamacpp\nparameters: [unclosed\n")
+    with pytest.raises(SpaceError, match=r"broken.yaml: line \d+: not valid YAML"):
+        spaces.load(str(bad))
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(SpaceError, match="must be a mapping"):
+        spaces.load(str(bad))
+
+
+def test_unknown_space_name() -> None:
+    with pytest.raises(ConfigError, match="no such search space"):
+        spaces.load("no-such-space")
+
+
+@pytest.mark.parametrize("name", ["cpu-llamacpp", "b300", "search_spaces/b300.yaml"])
+def test_shipped_spaces_validate(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    space, path = spaces.load(name)
+    assert path.is_file()
+    assert space.parameters
+
+
+def test_default_space_is_cpu_llamacpp() -> None:
+    space, path = spaces.load(None)
+    assert path.name == "cpu-llamacpp.yaml"
+    assert space.engine == "llamacpp"
+
+
+def test_b300_has_the_knobs_users_turn() -> None:
+    space, _ = spaces.load("b300")
+    assert space.engine == "sglang"
+    p = space.parameters
+    assert (p["mem-fraction-static"].low, p["mem-fraction-static"].high) == (0.60, 0.92)
+    assert min(p["context-length"].choices) == 131072 and max(p["context-length"].choices) == 1048576
+    assert set(p["tp"].choices) == {4, 8}
+    assert space.hardware.per_trial == "tp" and len(space.hardware.devices) == 8
+
+
+def test_units_in_space_are_parsed() -> None:
+    raw = yaml.safe_load((ROOT / "search_spaces" / "cpu-llamacpp.yaml").read_text())
+    space = spaces.validate(raw, "cpu-llamacpp.yaml")
+    assert space.server.memory_cap == 2**30
+    assert space.budget.timeout == 900.0

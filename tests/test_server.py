@@ -1,0 +1,129 @@
+"""ServerProcess against the real llama-server: serve, fail for real, time out, leave nothing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import assert_group_gone, tiny_space
+from tuner import engines
+from tuner.engines import Command
+from tuner.exceptions import StartupFailed, StartupTimeout
+from tuner.partitions import free_port
+from tuner.server import ServerProcess
+from tuner.space import validate
+
+pytestmark = pytest.mark.integration
+adapter = engines.get("llamacpp")
+FAULT = Path(__file__).resolve().parent / "fault" / "hang_server.py"
+
+
+def _server(tmp_path: Path, model: Path, params: dict, *, cap: str | None = "1GiB", port: int | None = None, timeout: float = 30) -> ServerProcess:
+    raw = tiny_space()
+    raw["server"]["memory_cap"] = cap
+    space = validate(raw, "t.yaml")
+    port = port or free_port("127.0.0.1", 32000, 200)
+    cmd = adapter.command(params, space=space, model_path=str(model), port=port)
+    return ServerProcess(
+        cmd,
+        adapter=adapter,
+        log_path=tmp_path / "server.log",
+        host="127.0.0.1",
+        port=port,
+        model=str(model),
+        startup_timeout=timeout,
+        memory_cap=space.server.memory_cap,
+    )
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def test_good_config_serves_and_leaves_nothing(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    server = _server(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2})
+    with server:
+        took = server.wait_ready()
+        pgid = server.pid
+        reply = httpx.post(f"{server.url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}, timeout=30)
+        assert reply.status_code == 200
+        assert took < 30
+    assert_group_gone(pgid)
+    assert _port_free(server.port)
+    log = (tmp_path / "server.log").read_text()
+    assert "n_slots = 2" in log
+
+
+def test_kv_cache_that_does_not_fit_fails_fast_with_evidence(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    server = _server(tmp_path, smollm2, {"ctx-size": 65536, "parallel": 2, "cache-type-k": "f16"})
+    with server, pytest.raises(StartupFailed) as info:
+        server.wait_ready()
+    ev = info.value.evidence
+    assert ev.signature == "kv_cache_oom"
+    assert ev.returncode == 1
+    assert ev.elapsed_s < 10
+    assert any("failed to allocate buffer for kv cache" in line.text for line in ev.lines)
+    assert ev.log_path == str(tmp_path / "server.log")
+    assert "--ctx-size" in ev.argv
+    assert_group_gone(server.pid)
+
+
+def test_bad_flag_value_is_classified(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    server = _server(tmp_path, smollm2, {"cache-type-k": "q9_9"})
+    with server, pytest.raises(StartupFailed) as info:
+        server.wait_ready()
+    assert info.value.evidence.signature == "bad_flag"
+    assert any("Unsupported cache type" in line.text for line in info.value.evidence.lines)
+
+
+def test_port_held_by_another_server_is_not_mistaken_for_ours(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    first = _server(tmp_path / "a", smollm2, {"ctx-size": 2048})
+    with first:
+        first.wait_ready()
+        second = _server(tmp_path / "b", smollm2, {"ctx-size": 2048}, port=first.port)
+        with second, pytest.raises(StartupFailed) as info:
+            second.wait_ready()
+        assert info.value.evidence.signature == "port_in_use"
+        # the first server is untouched by the second's teardown
+        assert httpx.get(f"{first.url}/health", timeout=5).status_code == 200
+
+
+def test_ready_checks_the_model_identity(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    other = tmp_path / "other.gguf"
+    os.link(smollm2, other) if os.stat(smollm2).st_dev == os.stat(tmp_path).st_dev else other.write_bytes(smollm2.read_bytes())
+    server = _server(tmp_path, other, {"ctx-size": 2048})
+    with server:
+        server.wait_ready()
+        with httpx.Client(timeout=10) as client:
+            assert adapter.ready(client, server.url, model=str(other)) is True
+            assert adapter.ready(client, server.url, model=str(smollm2)) is False
+
+
+def test_hung_server_is_killed_at_its_timeout(tmp_path: Path) -> None:
+    port = free_port("127.0.0.1", 32300, 100)
+    cmd = Command((sys.executable, str(FAULT), "--port", str(port)))
+    server = ServerProcess(
+        cmd, adapter=adapter, log_path=tmp_path / "hang.log", host="127.0.0.1", port=port, model="x",
+        startup_timeout=2.0, term_timeout=1.0,
+    )
+    began = time.monotonic()
+    with server, pytest.raises(StartupTimeout) as info:
+        server.wait_ready()
+    assert 2.0 <= time.monotonic() - began < 10  # 2 s timeout + TERM, TERM, KILL
+    assert info.value.evidence.signature == "startup_timeout"
+    assert info.value.evidence.returncode is None  # still running when we gave up
+    assert_group_gone(server.pid)  # parent ignored TERM, and its child: both gone
+    assert "ignoring SIGTERM" in (tmp_path / "hang.log").read_text()
+    assert _port_free(port)
