@@ -34,10 +34,10 @@ def run(
     the_space, path = spaces.load(space)
     objective = objectives.load(the_space.objectives)
     name = study or the_space.name or path.stem
-    run_dir = RunDir.for_study(name)
-    run_dir.root.mkdir(parents=True, exist_ok=True)
     budget = trials or the_space.budget.trials
     limit = _duration(timeout) if timeout else the_space.budget.timeout
+    run_dir = RunDir.for_study(name)
+    run_dir.root.mkdir(parents=True, exist_ok=True)
     the_study = open_study(
         the_space, objective, name=name, storage=storage or run_dir.db_url, source=str(path), force=force, sampler=sampler
     )

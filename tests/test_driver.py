@@ -1,0 +1,112 @@
+"""The driver: one function maps outcomes to trial states; a real mini-tune keeps the evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import tiny_space
+from tuner import objectives
+from tuner.artifacts import RunDir
+from tuner.driver import Driver, state_for
+from tuner.evidence import Evidence
+from tuner.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
+from tuner.executors import InlineExecutor
+from tuner.partitions import make_partitions
+from tuner.space import validate
+from tuner.study import open_study
+
+EV = Evidence(argv=("x",), elapsed_s=0.1)
+
+
+@pytest.mark.parametrize(
+    ("error", "state"),
+    [
+        (None, TrialState.COMPLETE),
+        (StartupFailed("x", evidence=EV), TrialState.PRUNED),
+        (StartupTimeout("x", evidence=EV), TrialState.PRUNED),
+        (ProbeError("x", evidence=EV), TrialState.FAIL),
+        (TeardownError("x", evidence=EV), TrialState.FAIL),
+        (InfrastructureError("disk full"), TrialState.FAIL),
+        (RuntimeError("bug"), TrialState.FAIL),
+    ],
+)
+def test_state_for(error: BaseException | None, state: TrialState) -> None:
+    assert state_for(error) is state
+
+
+def _tune(tmp_path: Path, raw: dict, name: str, trials: int, enqueue: list[dict]) -> tuple[optuna.Study, RunDir, object]:
+    space = validate(raw, "tiny.yaml")
+    objective = objectives.load(space.objectives)
+    run_dir = RunDir(tmp_path / name)
+    study = open_study(space, objective, name=name, storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
+    for params in enqueue:
+        study.enqueue_trial(params)
+    executor = InlineExecutor(make_partitions("cpu", [0], 1))
+    summary = Driver(space, study, objective, run_dir, executor, trials=trials).run()
+    return study, run_dir, summary
+
+
+@pytest.mark.integration
+def test_real_mini_tune_prunes_a_real_oom_and_keeps_evidence(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    raw = tiny_space()
+    raw["parameters"] = {
+        "ctx-size": {"type": "categorical", "choices": [2048, 65536]},
+        "batch-size": {"type": "categorical", "choices": [256, 512]},
+        "ubatch-size": {"type": "categorical", "choices": [512, 128]},
+    }
+    raw["constraints"] = ["ubatch-size <= batch-size"]
+    study, run_dir, summary = _tune(
+        tmp_path,
+        raw,
+        "mini",
+        2,
+        [
+            {"ctx-size": 2048, "batch-size": 256, "ubatch-size": 512},  # breaks the constraint: never launched
+            {"ctx-size": 65536, "batch-size": 512, "ubatch-size": 128},  # KV does not fit under 1 GiB
+            {"ctx-size": 2048, "batch-size": 512, "ubatch-size": 128},  # serves
+        ],
+    )
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.PRUNED, TrialState.PRUNED, TrialState.COMPLETE]
+    invalid, oom, ok = trials
+    assert invalid.user_attrs["invalid_combination"] == "ubatch-size <= batch-size"
+    assert not run_dir.trial(invalid.number).exists()  # nothing launched
+
+    assert oom.user_attrs["signature"] == "kv_cache_oom"
+    evidence = json.loads((run_dir.trial(oom.number) / "evidence.json").read_text())
+    assert evidence["returncode"] == 1 and evidence["elapsed_s"] < 10
+    assert any("failed to allocate buffer for kv cache" in line["text"] for line in evidence["lines"])
+    assert "insufficient memory" in (run_dir.trial(oom.number) / "server.log").read_text()
+    assert oom.constraints["server starts"] > 0
+
+    assert ok.values[0] > 0  # output tok/s from the server's usage counts
+    assert ok.user_attrs["metrics"]["capacity.context_per_request"] == 2048
+    assert ok.constraints["server starts"] == 0 and ok.constraints["load.error_rate <= 0"] == 0
+    outcome = json.loads((run_dir.trial(ok.number) / "outcome.json").read_text())
+    assert outcome["probes"][0]["details"]["levels"]["2"]["usage_reported"] is True
+    assert "--ctx-size 2048" in (run_dir.trial(ok.number) / "command.txt").read_text()
+
+    table = pd.read_csv(run_dir.trials_csv)
+    assert list(table["state"]) == ["PRUNED", "PRUNED", "COMPLETE"]
+    assert summary.stop_reason == "budget of 2 trials reached"
+    assert [t.number for t in study.best_trials] == [ok.number]
+
+
+@pytest.mark.integration
+def test_rerun_resumes_and_a_changed_space_is_refused(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    raw = tiny_space()
+    study, _, _ = _tune(tmp_path, raw, "resume", 1, [])
+    assert len(study.get_trials()) == 1
+    study, _, summary = _tune(tmp_path, raw, "resume", 1, [])  # budget met: nothing new
+    assert len(study.get_trials()) == 1 and summary.launched == 0
+    raw["parameters"]["ctx-size"]["choices"] = [4096]
+    from tuner.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="was created with a different space"):
+        _tune(tmp_path, raw, "resume", 2, [])
