@@ -66,6 +66,7 @@ class ServerProcess:
         self.started_at = 0.0
         self.ready_at: float | None = None
         self._fatal: tuple[Signature, str] | None = None
+        self.fatal_at: float | None = None  # wall-clock time the first fatal line was read
         self._fatal_seen = threading.Event()
         self._reader: threading.Thread | None = None
 
@@ -111,6 +112,7 @@ class ServerProcess:
                 log.write(self.command.redact(line))
                 log.flush()
                 if self._fatal is None and (sig := first_fatal(self.adapter.signatures, line)):
+                    self.fatal_at = time.time()
                     self._fatal = (sig, line.rstrip())
                     self._fatal_seen.set()
 
@@ -163,8 +165,9 @@ class ServerProcess:
         text = self.log_text()
         match = self.adapter.classify(text)
         details = dict(match.details) if match else {}
-        if match is None and self._fatal is not None:
+        if self._fatal is not None:
             details["fatal_line"] = self._fatal[1]
+            details["fatal_seen_at"] = self.fatal_at
         return Evidence(
             argv=tuple(self.command.redact(a) for a in self.command.argv),
             elapsed_s=round(time.monotonic() - self.started_at, 3),

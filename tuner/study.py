@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import warnings
 from typing import Any
 
 import optuna
@@ -86,7 +87,9 @@ def open_study(
         study.set_user_attr(SPACE_ATTR, space.model_dump(mode="json"))
         study.set_user_attr(SOURCE_ATTR, source)
         study.set_user_attr("tuner.objectives", objective.model_dump(mode="json"))
-        study.set_metric_names(objective.metric_names)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(objective.metric_names)
     return study
 
 

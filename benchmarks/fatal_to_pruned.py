@@ -1,0 +1,59 @@
+"""Benchmark: time from a real engine's fatal log line to the trial being recorded as PRUNED.
+
+Runs N real llama-server starts whose KV cache cannot fit under a 1 GiB memory cap, through the
+same driver as `tune run`, and measures (moment the trial is told to Optuna) - (moment the reader
+saw the fatal line). Prints the median; the target is <= 2 s.
+
+    python benchmarks/fatal_to_pruned.py [N]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+
+from tuner import objectives
+from tuner.artifacts import RunDir
+from tuner.driver import Driver, TrialReport
+from tuner.executors import InlineExecutor
+from tuner.partitions import make_partitions
+from tuner.space import validate
+from tuner.study import open_study
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.conftest import tiny_space  # noqa: E402
+
+
+def main(n: int) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    raw = tiny_space()
+    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [65536, 131072]}, "seed": {"type": "int", "low": 0, "high": 10**6}}
+    raw["budget"] = {"trials": n}
+    space = validate(raw, "bench.yaml")
+    objective = objectives.load(space.objectives)
+    told: dict[int, float] = {}
+
+    def on_trial(report: TrialReport) -> None:
+        told[report.number] = time.time()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        study = open_study(space, objective, name="bench", storage=f"sqlite:///{tmp}/db.sqlite", source="bench.yaml")
+        for i in range(n):
+            study.enqueue_trial({"ctx-size": 65536, "seed": i})
+        Driver(space, study, objective, RunDir(Path(tmp)), InlineExecutor(make_partitions("cpu", [0], 1)), trials=n, on_trial=on_trial).run()
+        delays = []
+        for t in study.get_trials():
+            details = t.user_attrs["evidence"]["details"]
+            assert t.state.name == "PRUNED" and t.user_attrs["signature"] == "kv_cache_oom", t.user_attrs
+            delays.append(told[t.number] - details["fatal_seen_at"])
+    print(f"failing starts: {n}; fatal line -> PRUNED: " + ", ".join(f"{d:.3f}s" for d in delays))
+    print(f"median {statistics.median(delays):.3f}s, max {max(delays):.3f}s (target <= 2 s): ratio to target {statistics.median(delays) / 2.0:.3f}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 7)
