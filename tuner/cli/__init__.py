@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from tuner.cli import _diagnose, _engines, _run, _status
+from tuner.cli import _diagnose, _engines, _limits, _run, _status
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
 
 __all__ = ["app", "main"]
@@ -21,6 +21,7 @@ app = typer.Typer(
 app.command("run")(_run.run)
 app.command("status")(_status.status)
 app.command("diagnose")(_diagnose.diagnose)
+app.command("limits")(_limits.limits)
 app.add_typer(_engines.app, name="engines")
 
 

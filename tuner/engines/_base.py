@@ -146,6 +146,11 @@ class EngineAdapter(ABC):
     def capacity(self, log_text: str, client: httpx.Client | None, base_url: str | None) -> Capacity:
         """Capacity in the engine's own words; endpoints are skipped when ``client`` is None."""
 
+    def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
+        """Limits the flags set, named as :class:`tuner.limits.Limits` fields (engine defaults
+        filled in where the engine has one). ``max_queued_requests`` None means unbounded."""
+        return {}
+
     def served_model_name(self, model_path: str) -> str:
         """The ``model`` field to send in OpenAI-compatible requests."""
         return model_path

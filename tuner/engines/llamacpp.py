@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -104,6 +105,19 @@ class LlamaCppAdapter(EngineAdapter):
         if space.server.api_key_env:
             env["LLAMA_API_KEY"] = os.environ.get(space.server.api_key_env, "")
         return env
+
+    def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
+        slots = int(flags.get("parallel", 4))
+        ctx = flags.get("ctx-size")
+        unified = bool(flags.get("kv-unified", "parallel" not in flags))
+        per_call = None if ctx is None else int(ctx) if unified else int(ctx) // slots
+        return {
+            "max_running_requests": slots,
+            "context_per_request": per_call,
+            "max_prefill_tokens": int(flags.get("batch-size", 2048)),
+            "chunked_prefill_size": int(flags.get("ubatch-size", 512)),
+            "max_queued_requests": None,  # llama-server queues without bound
+        }
 
     def ready(self, client: httpx.Client, base_url: str, *, model: str) -> bool:
         try:

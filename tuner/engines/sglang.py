@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -64,6 +65,20 @@ class SglangAdapter(EngineAdapter):
 
     def model_args(self, model_path: str) -> list[str]:
         return ["--model-path", model_path]
+
+    def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
+        def get(name: str) -> int | None:
+            value = flags.get(name)
+            return None if value is None else int(value)
+
+        return {
+            "max_running_requests": get("max-running-requests"),
+            "context_per_request": get("context-length"),
+            "chunked_prefill_size": get("chunked-prefill-size"),
+            "max_prefill_tokens": get("max-prefill-tokens"),
+            "cuda_graph_max_bs": get("cuda-graph-max-bs") or get("cuda-graph-max-bs-decode"),
+            "max_queued_requests": get("max-queued-requests"),
+        }
 
     def ready(self, client: httpx.Client, base_url: str, *, model: str) -> bool:
         try:

@@ -4,8 +4,10 @@ whose root cause is logged above it, so that signature has the lowest priority."
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -77,6 +79,21 @@ class VllmAdapter(EngineAdapter):
 
     def model_args(self, model_path: str) -> list[str]:
         return ["--model", model_path]
+
+    def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
+        compilation = flags.get("compilation-config") or {}
+        if isinstance(compilation, str):
+            compilation = json.loads(compilation)
+        sizes = compilation.get("cudagraph_capture_sizes") or []
+        graph = compilation.get("max_cudagraph_capture_size") or (max(sizes) if sizes else None)
+        eager = bool(flags.get("enforce-eager"))
+        return {
+            "max_running_requests": int(flags.get("max-num-seqs", 256)),
+            "context_per_request": None if flags.get("max-model-len") is None else int(flags["max-model-len"]),
+            "max_prefill_tokens": None if flags.get("max-num-batched-tokens") is None else int(flags["max-num-batched-tokens"]),
+            "cuda_graph_max_bs": None if eager else (int(graph) if graph else None),
+            "max_queued_requests": None,  # vLLM's API server queues without bound
+        }
 
     def ready(self, client: httpx.Client, base_url: str, *, model: str) -> bool:
         try:

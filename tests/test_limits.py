@@ -1,0 +1,71 @@
+"""`tune limits` arithmetic and its three ways in."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli.test_cli import tune
+from tests.conftest import FIXTURES
+from tuner import engines
+from tuner.limits import Limits, from_config
+from tuner.records import Capacity
+
+
+def test_what_if_concurrency_per_context() -> None:
+    lim = Limits(kv_tokens=2454784, max_running_requests=256, cuda_graph_max_bs=32)
+    rows = [lim.row(c) for c in (524288, 131072, 32768, 8192)]
+    assert [r.concurrent for r in rows] == [4, 18, 74, 256]
+    assert [r.capped_by for r in rows] == ["kv pool", "kv pool", "kv pool", "max running requests"]
+    assert [r.graph_fast_path for r in rows] == [4, 18, 32, 32]
+    assert any("only <= 32 running requests use CUDA graphs" in w for w in lim.warnings())
+    assert any("unbounded" in w for w in lim.warnings())
+
+
+def test_context_beyond_per_call_limit_runs_nothing() -> None:
+    row = Limits(kv_tokens=100000, max_running_requests=8, context_per_request=8192).row(16384)
+    assert (row.concurrent, row.capped_by, row.fits_per_call) == (0, "per-call context", False)
+
+
+def test_bounded_queue_is_not_flagged() -> None:
+    assert not any("unbounded" in w for w in Limits(max_queued_requests=64).warnings())
+
+
+def test_engine_words_override_flags() -> None:
+    configured = engines.get("llamacpp").configured_limits({"ctx-size": 4096, "parallel": 2})
+    assert configured["context_per_request"] == 2048 and configured["max_queued_requests"] is None
+    cap = Capacity(kv_tokens=4096, max_running_requests=2, context_per_request=2048, sources={"log": {}})
+    lim = from_config(configured, cap)
+    assert lim.sources["kv_tokens"] == "engine (log)"
+    assert lim.row(1024).concurrent == 2
+
+
+def test_sglang_configured_limits_from_flags() -> None:
+    lim = engines.get("sglang").configured_limits(
+        {"max-running-requests": 256, "cuda-graph-max-bs": 32, "context-length": 524288, "max-queued-requests": 512}
+    )
+    assert lim["cuda_graph_max_bs"] == 32 and lim["max_queued_requests"] == 512
+
+
+def test_cli_what_if_prints_the_four_numbers() -> None:
+    out = tune(
+        "limits", "--kv-tokens", "2454784", "--max-running-requests", "256", "--cuda-graph-max-bs", "32",
+        "--contexts", "524288,131072,32768,8192", "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert [r["concurrent"] for r in data["contexts"]] == [4, 18, 74, 256]
+    assert data["queue_unbounded"] is True
+    text = tune("limits", "--kv-tokens", "2454784", "--max-running-requests", "256", "--cuda-graph-max-bs", "32",
+                "--contexts", "524288,131072,32768,8192").stdout
+    assert "only <= 32 running requests use CUDA graphs" in text
+
+
+def test_cli_from_a_real_log() -> None:
+    out = tune("limits", "--engine", "llamacpp", "--log", str(FIXTURES / "llamacpp" / "ok_startup.log"), "--json")
+    data = json.loads(out.stdout)
+    assert data["kv_tokens"] == 4096 and data["max_running_requests"] == 2 and data["context_per_request"] == 2048
+
+
+def test_cli_needs_an_input() -> None:
+    out = tune("limits")
+    assert out.returncode == 2 and "needs --study/--trial" in out.stderr
