@@ -21,7 +21,6 @@ from tuner import objectives
 from tuner.artifacts import RunDir
 from tuner.driver import Driver, TrialReport
 from tuner.executors import InlineExecutor
-from tuner.partitions import make_partitions
 from tuner.space import validate
 from tuner.study import open_study
 
@@ -45,7 +44,7 @@ def main(n: int) -> None:
         study = open_study(space, objective, name="bench", storage=f"sqlite:///{tmp}/db.sqlite", source="bench.yaml")
         for i in range(n):
             study.enqueue_trial({"ctx-size": 65536, "seed": i})
-        Driver(space, study, objective, RunDir(Path(tmp)), InlineExecutor(make_partitions("cpu", [0], 1)), trials=n, on_trial=on_trial).run()
+        Driver(space, study, objective, RunDir(Path(tmp)), InlineExecutor(), trials=n, on_trial=on_trial).run()
         delays = []
         for t in study.get_trials():
             details = t.user_attrs["evidence"]["details"]

@@ -17,7 +17,6 @@ from tuner.driver import Driver, state_for
 from tuner.evidence import Evidence
 from tuner.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
 from tuner.executors import InlineExecutor
-from tuner.partitions import make_partitions
 from tuner.space import validate
 from tuner.study import open_study
 
@@ -47,7 +46,7 @@ def _tune(tmp_path: Path, raw: dict, name: str, trials: int, enqueue: list[dict]
     study = open_study(space, objective, name=name, storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
     for params in enqueue:
         study.enqueue_trial(params)
-    executor = InlineExecutor(make_partitions("cpu", [0], 1))
+    executor = InlineExecutor()
     summary = Driver(space, study, objective, run_dir, executor, trials=trials).run()
     return study, run_dir, summary
 

@@ -16,14 +16,17 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.artifacts import RunDir, write_json
-from tuner.exceptions import ConfigInfeasible, InfrastructureError, TunerError
+from tuner.evidence import Evidence
+from tuner.exceptions import ConfigInfeasible, InfrastructureError, TrialTimeout, TunerError
 from tuner.executors import Executor
+from tuner.ledger import Ledger
+from tuner.partitions import Partition, PartitionPool, trial_size
 from tuner.objectives import Evaluation, ObjectiveSet
 from tuner.records import TrialOutcome
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
 
-__all__ = ["Driver", "TrialReport", "record", "state_for"]
+__all__ = ["Driver", "TrialReport", "record", "recover", "state_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +117,29 @@ def _describe(error: BaseException | None) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def recover(study: optuna.Study, ledger: Ledger) -> list[str]:
+    """Clean up after a run that died, before anything new starts; one line per action.
+
+    Servers (and a local Ray cluster's processes) still alive from the ledger are stopped;
+    trials left RUNNING are recorded as FAIL (infrastructure) and their params re-queued once."""
+    notes = [f"stopped orphaned process {e.pid} ({e.argv0}) of {e.trial_dir}" for e in ledger.stop_orphans()]
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        trial = optuna.Trial(study, frozen._trial_id)
+        trial.set_user_attr("error", "interrupted: the tuner stopped while this trial ran")
+        study.tell(trial, state=TrialState.FAIL)
+        note = f"trial {frozen.number} was interrupted: recorded as FAIL"
+        if "requeued_from" not in frozen.user_attrs and frozen.params:
+            study.enqueue_trial(frozen.params, user_attrs={"requeued_from": frozen.number})
+            note += ", params re-queued"
+        notes.append(note)
+    return notes
+
+
 class Driver:
-    """Runs a study: ask, launch on a free partition, tell, until the budget or time is spent."""
+    """Runs a study: ask, launch on a free partition, tell, until the budget or time is spent.
+
+    On start it recovers from a crashed run: orphaned servers in the ledger are stopped, and
+    trials left RUNNING are failed (infrastructure) and their params re-queued once."""
 
     def __init__(
         self,
@@ -127,7 +151,9 @@ class Driver:
         *,
         trials: int,
         timeout: float | None = None,
+        trial_timeout: float | None = None,
         on_trial: Callable[[TrialReport], None] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.space = space
         self.study = study
@@ -136,9 +162,20 @@ class Driver:
         self.executor = executor
         self.trials = trials
         self.timeout = timeout
+        self.trial_timeout = trial_timeout
         self.on_trial = on_trial or (lambda report: None)
+        hw = space.hardware
+        self.pool = PartitionPool(hw.kind, hw.devices)
+        self.ledger = ledger or Ledger(run_dir.root / "servers")
         self._began = 0.0
         self._durations: list[float] = []
+        self._stop_requested = ""
+        self._running: dict[Future[TrialOutcome], _Running] = {}
+        self._launching: _Running | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """Stop dispatching; running trials are stopped and recorded (safe from a signal handler)."""
+        self._stop_requested = reason
 
     def finished(self) -> int:
         """Trials that count toward the budget: launched and finished (not invalid combinations)."""
@@ -148,51 +185,68 @@ class Driver:
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "invalid_combination" not in t.user_attrs
         )
 
+    def recover(self) -> list[str]:
+        return recover(self.study, self.ledger)
+
     def run(self) -> RunSummary:
         self._began = time.monotonic()
         summary = RunSummary()
-        running: dict[Future[TrialOutcome], tuple[optuna.Trial, Any, float]] = {}
-        free = list(self.executor.partitions)
+        pending: tuple[optuna.Trial, dict[str, Any]] | None = None
         invalid_in_a_row = 0
-        launching: optuna.Trial | None = None
         try:
             while True:
-                stop = self._stop_reason(len(running))
-                while not stop and free:
-                    trial, params = self._ask_valid()
-                    if trial is None:
-                        invalid_in_a_row += 1
-                        if invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
-                            stop = f"{MAX_INVALID_IN_A_ROW} proposals in a row broke the space's constraints"
-                        continue
-                    invalid_in_a_row = 0
-                    partition = free.pop(0)
-                    launching, began = trial, time.monotonic()
-                    future = self.executor.submit(self.space, params, self.run_dir.trial(trial.number), partition)
-                    running[future] = (trial, partition, began)
-                    launching = None
-                    summary.launched += 1
-                    stop = self._stop_reason(len(running))
-                if not running:
+                stop = self._stop_reason(len(self._running))
+                while not stop and len(self._running) < self.executor.max_parallel:
+                    if pending is None:
+                        trial, params = self._ask_valid()
+                        if trial is None:
+                            invalid_in_a_row += 1
+                            if invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
+                                stop = f"{MAX_INVALID_IN_A_ROW} proposals in a row broke the space's constraints"
+                            continue
+                        invalid_in_a_row, pending = 0, (trial, params)
+                    if not self._launch(*pending):
+                        break  # no partition free for this size yet: wait for one
+                    pending, summary.launched = None, summary.launched + 1
+                    stop = self._stop_reason(len(self._running))
+                if not self._running:
                     summary.stop_reason = stop or "nothing left to run"
                     break
-                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                done, _ = wait(list(self._running), timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
-                    trial, partition, began = running.pop(future)
-                    free.append(partition)
-                    self._finish(trial, future, began, summary)
+                    self._finish(future, summary)
+                self._enforce_trial_timeout()
+                if self._stop_requested:
+                    summary.stop_reason = self._stop_requested
+                    self._stop_running(summary)
+                    break
         except BaseException as exc:
-            unfinished = [t for t, _, _ in running.values()] + ([launching] if launching is not None else [])
-            for trial in unfinished:
-                error = InfrastructureError(f"interrupted: {type(exc).__name__}")
-                record(self.study, trial, self.run_dir, self.objective, error=error)
+            self._abandon(f"interrupted: {type(exc).__name__}")
             raise
         finally:
+            if pending is not None:
+                pending[0].set_user_attr("error", "asked but never launched: the run stopped")
+                self.study.tell(pending[0], state=TrialState.FAIL)
             summary.wall_s = time.monotonic() - self._began
             write_trials_csv(self.study, self.run_dir.trials_csv)
         return summary
 
+    def _launch(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
+        size = trial_size(self.space.hardware.per_trial, params)
+        partition = self.pool.acquire(size)
+        if partition is None:
+            return False
+        trial.set_user_attr("partition", list(partition.devices))
+        entry = _Running(trial, partition, time.monotonic())
+        self._launching = entry
+        future = self.executor.submit(self.space, params, self.run_dir.trial(trial.number), partition, self.ledger)
+        self._running[future] = entry
+        self._launching = None
+        return True
+
     def _stop_reason(self, in_flight: int) -> str:
+        if self._stop_requested:
+            return self._stop_requested
         if self.finished() + in_flight >= self.trials:
             return f"budget of {self.trials} trials reached"
         if self.timeout is not None and time.monotonic() - self._began >= self.timeout:
@@ -214,13 +268,55 @@ class Driver:
         logger.info("trial %d not launched: breaks %s", trial.number, reason)
         return None, params
 
-    def _finish(self, trial: optuna.Trial, future: Future[TrialOutcome], began: float, summary: RunSummary) -> None:
+    def _enforce_trial_timeout(self) -> None:
+        if self.trial_timeout is None:
+            return
+        now = time.monotonic()
+        for future, entry in list(self._running.items()):
+            if not entry.timed_out and now - entry.began > self.trial_timeout:
+                entry.timed_out = True
+                logger.warning("trial %d passed its %.0fs limit: stopping it", entry.trial.number, self.trial_timeout)
+                self.executor.cancel(future, force=True)
+                self.ledger.stop_orphans(self.ledger.for_trial(self.run_dir.trial(entry.trial.number)))
+
+    def _stop_running(self, summary: RunSummary, grace: float = 20.0) -> None:
+        """Ask running trials to stop (their own teardown runs), then force, then sweep the ledger."""
+        for future in list(self._running):
+            self.executor.cancel(future, force=False)
+        done, _ = wait(list(self._running), timeout=grace)
+        for future in list(self._running):
+            if future not in done:
+                self.executor.cancel(future, force=True)
+        for entry in self._running.values():
+            self.ledger.stop_orphans(self.ledger.for_trial(self.run_dir.trial(entry.trial.number)))
+        self._abandon(f"interrupted: {summary.stop_reason}")
+
+    def _abandon(self, why: str) -> None:
+        unfinished = [e.trial for e in self._running.values()]
+        if self._launching is not None:
+            unfinished.append(self._launching.trial)
+        for trial in unfinished:
+            record(self.study, trial, self.run_dir, self.objective, error=InfrastructureError(why))
+        for entry in self._running.values():
+            self.pool.release(entry.partition)
+        self._running.clear()
+        self._launching = None
+
+    def _finish(self, future: Future[TrialOutcome], summary: RunSummary) -> None:
+        entry = self._running.pop(future)
+        self.pool.release(entry.partition)
+        trial = entry.trial
         error = future.exception()
+        if entry.timed_out:
+            error = TrialTimeout(
+                f"trial outran its {self.trial_timeout:.0f}s limit",
+                evidence=Evidence(argv=_argv(self.run_dir.trial(trial.number)), elapsed_s=time.monotonic() - entry.began, signature="trial_timeout"),
+            )
         outcome = None if error is not None else future.result()
         if error is not None and not isinstance(error, TunerError):
             logger.error("trial %d: unexpected %s", trial.number, error, exc_info=error)
         state, text, evaluation = record(self.study, trial, self.run_dir, self.objective, outcome=outcome, error=error)
-        wall = time.monotonic() - began
+        wall = time.monotonic() - entry.began
         self._durations.append(wall)
         summary.states[state.name] = summary.states.get(state.name, 0) + 1
         done = self.finished()
@@ -237,7 +333,22 @@ class Driver:
                 values=evaluation.values if evaluation else None,
                 wall_s=wall,
                 elapsed_s=time.monotonic() - self._began,
-                eta_s=mean * remaining / max(1, len(self.executor.partitions)),
+                eta_s=mean * remaining / max(1, self.executor.max_parallel),
             )
         )
         write_trials_csv(self.study, self.run_dir.trials_csv)
+
+
+@dataclass
+class _Running:
+    trial: optuna.Trial
+    partition: Partition
+    began: float
+    timed_out: bool = False
+
+
+def _argv(trial_dir: Any) -> tuple[str, ...]:
+    try:
+        return ((trial_dir / "command.txt").read_text().strip(),)
+    except OSError:
+        return ()

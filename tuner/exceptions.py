@@ -10,6 +10,7 @@ Everything below the driver raises; exactly one function
     ├── ConfigInfeasible            the config cannot run at all (trial PRUNED)
     │   ├── StartupFailed           the server died or logged a fatal line before it was ready
     │   ├── StartupTimeout          the server never became ready within the startup timeout
+    │   ├── TrialTimeout            the whole trial outran its wall-clock limit
     │   └── ScreenedOut             the pre-screen predicted a failure; nothing was launched
     ├── ProbeError                  a probe could not produce a measurement (trial FAIL)
     ├── TeardownError               a process of the server's group outlived the teardown
@@ -36,6 +37,7 @@ __all__ = [
     "StartupFailed",
     "StartupTimeout",
     "TeardownError",
+    "TrialTimeout",
     "TunerError",
 ]
 
@@ -60,6 +62,9 @@ class SpaceError(ConfigError):
         self.problem = problem
         super().__init__(f"{path}: {key}: {problem}" if key else f"{path}: {problem}")
 
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return type(self), (self.path, self.key, self.problem)
+
 
 class ProvisionError(TunerError):
     """An engine binary or a model could not be installed or found."""
@@ -69,6 +74,14 @@ class _WithEvidence(TunerError):
     def __init__(self, message: str, *, evidence: Evidence) -> None:
         super().__init__(message)
         self.evidence = evidence
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # keyword-only evidence: pickle (Ray, multiprocessing) must pass it back by name
+        return _rebuild, (type(self), str(self), self.evidence)
+
+
+def _rebuild(cls: type[_WithEvidence], message: str, evidence: Evidence) -> _WithEvidence:
+    return cls(message, evidence=evidence)
 
 
 class ConfigInfeasible(_WithEvidence):
@@ -81,6 +94,10 @@ class StartupFailed(ConfigInfeasible):
 
 class StartupTimeout(ConfigInfeasible):
     """The server did not become ready within the startup timeout."""
+
+
+class TrialTimeout(ConfigInfeasible):
+    """The trial (startup and probes) outran its wall-clock limit; its server was stopped."""
 
 
 class ScreenedOut(ConfigInfeasible):

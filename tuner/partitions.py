@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from tuner.exceptions import InfrastructureError
 
-__all__ = ["Partition", "free_port", "make_partitions", "trial_size"]
+__all__ = ["Partition", "PartitionPool", "free_port", "make_partitions", "trial_size"]
 
 PORT_BASE = 31000
 PORT_SPAN = 100
@@ -68,3 +68,35 @@ def free_port(host: str, base: int, span: int) -> int:
                 continue
             return port
     raise InfrastructureError(f"no free port in {host}:{base}-{base + span - 1}")
+
+
+class PartitionPool:
+    """Hands out disjoint partitions of ``devices``: first fit, contiguous in the listed order,
+    so trials of different sizes (e.g. tp 4 and 8) pack. Each slot has its own port block."""
+
+    def __init__(self, kind: Literal["cpu", "gpu"], devices: list[int]) -> None:
+        self.kind = kind
+        self.devices = list(devices)
+        self._busy: set[int] = set()  # indices into self.devices
+        self.quarantined: set[int] = set()
+
+    def acquire(self, size: int) -> Partition | None:
+        if size < 1 or size > len(self.devices):
+            raise ValueError(f"a trial of {size} devices does not fit in {len(self.devices)}")
+        taken = self._busy | self.quarantined
+        for start in range(0, len(self.devices) - size + 1, size):
+            span = range(start, start + size)
+            if not taken & set(span):
+                self._busy |= set(span)
+                devices = tuple(self.devices[i] for i in span)
+                return Partition(start // size, self.kind, devices, PORT_BASE + start * PORT_SPAN)
+        return None
+
+    def release(self, partition: Partition) -> None:
+        self._busy -= {self.devices.index(d) for d in partition.devices}
+
+    def quarantine(self, partition: Partition) -> None:
+        self.quarantined |= {self.devices.index(d) for d in partition.devices}
+
+    def fits_ever(self, size: int) -> bool:
+        return size <= len(self.devices) - len(self.quarantined)

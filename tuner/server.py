@@ -27,8 +27,9 @@ from tuner.engines import Command, EngineAdapter, Signature
 from tuner.engines._signatures import first_fatal
 from tuner.evidence import Evidence, LogLine
 from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
+from tuner.ledger import Ledger
 
-__all__ = ["ServerProcess", "group_members"]
+__all__ = ["ServerProcess", "group_members", "terminate_group", "terminate_pid"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class ServerProcess:
         fatal_grace: float = 2.0,
         term_timeout: float = 5.0,
         poll_interval: float = 0.2,
+        ledger: Ledger | None = None,
     ) -> None:
         self.command = command
         self.adapter = adapter
@@ -62,6 +64,7 @@ class ServerProcess:
         self.fatal_grace = fatal_grace
         self.term_timeout = term_timeout
         self.poll_interval = poll_interval
+        self.ledger = ledger
         self.proc: subprocess.Popen[str] | None = None
         self.started_at = 0.0
         self.ready_at: float | None = None
@@ -104,6 +107,8 @@ class ServerProcess:
         )
         self._reader = threading.Thread(target=self._read, args=(self.proc.stdout, log), daemon=True)
         self._reader.start()
+        if self.ledger is not None:
+            self.ledger.add(self.proc.pid, self.log_path.parent, self.command.argv[0])
         logger.info("started pid %d on port %d: %s", self.proc.pid, self.port, self.command.shell_line())
 
     def _read(self, stream: IO[str], log: IO[str]) -> None:
@@ -186,17 +191,14 @@ class ServerProcess:
             return 0.0
         begun = time.monotonic()
         pgid = self.proc.pid
-        for sig, wait in ((signal.SIGTERM, self.term_timeout), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
-            if not group_members(pgid):
-                break
-            _signal_group(pgid, sig)
-            _wait_group_gone(pgid, self.proc, wait)
+        survivors = terminate_group(pgid, term_timeout=self.term_timeout, proc=self.proc)
         _reap(self.proc)
         if self._reader is not None:
             self._reader.join(2.0)
-        survivors = group_members(pgid)
         if survivors:
             raise TeardownError(f"processes {survivors} of group {pgid} survived KILL", evidence=self.evidence())
+        if self.ledger is not None:
+            self.ledger.remove(pgid)
         # The port is ours to check only if our server held it (a failed start may have met another's).
         if self.ready_at is not None and not _port_free(self.host, self.port):
             raise TeardownError(f"port {self.port} still bound after teardown", evidence=self.evidence())
@@ -221,6 +223,44 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def terminate_group(pgid: int, *, term_timeout: float, proc: subprocess.Popen[str] | None = None) -> list[int]:
+    """TERM the group, TERM again (llama.cpp exits on the second while a client streams), then
+    KILL. Returns the pids still alive afterwards (empty when the group is gone)."""
+    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+        if not group_members(pgid):
+            break
+        _signal_group(pgid, sig)
+        _wait_group_gone(pgid, proc, wait)
+    return group_members(pgid)
+
+
+def terminate_pid(pid: int, *, term_timeout: float) -> bool:
+    """TERM one process, then KILL it; True when it is gone."""
+    from tuner.ledger import start_ticks
+
+    ticks = start_ticks(pid)
+    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if start_ticks(pid) != ticks or _is_zombie(pid):
+                return True
+            time.sleep(0.05)
+    return start_ticks(pid) != ticks
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pgid, sig)
@@ -233,10 +273,11 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
             pass
 
 
-def _wait_group_gone(pgid: int, proc: subprocess.Popen[str], timeout: float) -> None:
+def _wait_group_gone(pgid: int, proc: subprocess.Popen[str] | None, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        proc.poll()
+        if proc is not None:
+            proc.poll()
         if not group_members(pgid):
             return
         time.sleep(0.05)

@@ -15,6 +15,7 @@ import httpx
 
 from tuner import engines, probes
 from tuner.artifacts import write_json
+from tuner.ledger import Ledger
 from tuner.partitions import Partition
 from tuner.probes import ServerHandle
 from tuner.records import Timings, TrialOutcome
@@ -26,7 +27,9 @@ __all__ = ["run_trial"]
 logger = logging.getLogger(__name__)
 
 
-def run_trial(space: SearchSpace, params: dict[str, Any], trial_dir: Path, partition: Partition) -> TrialOutcome:
+def run_trial(
+    space: SearchSpace, params: dict[str, Any], trial_dir: Path, partition: Partition, *, ledger: Ledger | None = None
+) -> TrialOutcome:
     """Serve ``params`` on ``partition`` and measure it. Writes command.txt, server.log, outcome.json.
 
     Raises :class:`~tuner.exceptions.ConfigInfeasible` (with evidence) when the server does not
@@ -56,6 +59,7 @@ def run_trial(space: SearchSpace, params: dict[str, Any], trial_dir: Path, parti
         model=model_path,
         startup_timeout=space.server.startup_timeout,
         memory_cap=space.server.memory_cap,
+        ledger=ledger,
     )
     server.start()
     try:

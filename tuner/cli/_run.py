@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import optuna
 import typer
 
@@ -10,10 +12,10 @@ from tuner import space as spaces
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
-from tuner.driver import Driver, TrialReport
+from tuner.driver import Driver, TrialReport, recover
 from tuner.exceptions import ConfigError
-from tuner.executors import InlineExecutor
-from tuner.partitions import make_partitions
+from tuner.executors import Executor, InlineExecutor, RayExecutor
+from tuner.ledger import Ledger
 from tuner.study import open_study
 from tuner.units import format_duration, parse_duration
 
@@ -26,6 +28,8 @@ def run(
     timeout: str = typer.Option(None, "--timeout", help="stop launching after this long, e.g. 8h, 15m"),
     sampler: str = typer.Option(None, "--sampler", help="tpe | nsga2 | random | gp (default: the space's)"),
     force: bool = typer.Option(False, "--force", help="continue a study even though its space changed"),
+    executor: str = typer.Option("ray", "--executor", help="ray (partitions in parallel) | inline (one at a time, in this process)"),
+    ray_address: str = typer.Option(None, "--ray-address", help="an existing Ray cluster (default: a local one, started and stopped here)"),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug logs"),
 ) -> None:
     """Tune a space: launch real servers, probe them, keep the evidence under runs/<study>/."""
@@ -42,20 +46,47 @@ def run(
         the_space, objective, name=name, storage=storage or run_dir.db_url, source=str(path), force=force, sampler=sampler
     )
     engines.get(the_space.engine).provision(progress_bar)
-    hw = the_space.hardware
-    partitions = make_partitions(hw.kind, hw.devices, len(hw.devices) if isinstance(hw.per_trial, str) else hw.per_trial)
-    executor = InlineExecutor(partitions)
+    ledger = Ledger(run_dir.root / "servers")
     echo(f"study {name}: {path} ({the_space.engine}), {budget} trials, objectives {objective.metric_names}")
-    for p in executor.partitions:
-        echo(f"  {p.describe()}")
-    driver = Driver(the_space, the_study, objective, run_dir, executor, trials=budget, timeout=limit, on_trial=_report)
-    already = driver.finished()
-    if already:
+    for note in recover(the_study, ledger):
+        echo(f"  recovered: {note}")
+    runner = _executor(executor, the_space, ray_address, ledger)
+    driver = Driver(
+        the_space, the_study, objective, run_dir, runner, ledger=ledger,
+        trials=budget, timeout=limit, trial_timeout=the_space.budget.trial_timeout, on_trial=_report,
+    )
+    echo(f"  {the_space.hardware.kind} devices {the_space.hardware.devices}, {runner.max_parallel} trial(s) at a time ({executor})")
+    if already := driver.finished():
         echo(f"resuming: {already} trials already finished")
-    summary = driver.run()
+    previous = {sig: signal.signal(sig, lambda s, f: driver.request_stop(f"stopped by {signal.Signals(s).name}")) for sig in _SIGNALS} if executor == "ray" else {}
+    try:
+        summary = driver.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        runner.shutdown()
     echo(f"\nstopped: {summary.stop_reason}; {summary.launched} launched in {format_duration(summary.wall_s)}")
     print_table(the_study)
     echo(f"\nevidence: {run_dir.root}/ (trials.csv, trials/<n>/server.log, outcome.json, evidence.json)")
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _executor(kind: str, space: spaces.SearchSpace, address: str | None, ledger: Ledger) -> Executor:
+    hw = space.hardware
+    if kind == "inline":
+        return InlineExecutor()
+    if kind != "ray":
+        raise ConfigError(f"--executor: {kind!r} is not one of ray, inline")
+    smallest = hw.per_trial if isinstance(hw.per_trial, int) else _smallest_size(space)
+    return RayExecutor(hw.devices, hw.kind, max_parallel=max(1, len(hw.devices) // smallest), address=address, ledger=ledger)
+
+
+def _smallest_size(space: spaces.SearchSpace) -> int:
+    param = space.parameters[space.hardware.per_trial]  # validated to exist
+    values = getattr(param, "choices", None) or [getattr(param, "low", 1)]
+    return max(1, min(int(v) for v in values))
 
 
 def _duration(text: str) -> float:

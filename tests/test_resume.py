@@ -1,0 +1,103 @@
+"""Crash and interrupt: SIGKILL the tuner mid-trial and rerun; SIGINT a run. Real llama-server,
+two 1-core partitions through Ray. Nothing of the first run may survive."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from tests.conftest import tiny_space
+from tuner.ledger import start_ticks
+
+pytestmark = pytest.mark.integration
+
+
+def _space(tmp_path: Path, trials: int) -> Path:
+    raw = tiny_space()
+    raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
+    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [2048, 4096]}, "parallel": {"type": "int", "low": 1, "high": 2}}
+    raw["probes"]["load"].update(requests=6, output_tokens=64)
+    raw["budget"] = {"trials": trials}
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _start(tmp_path: Path, space: Path, study: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", study],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+
+
+def _wait_for_servers(ledger: Path, count: int, timeout: float = 90) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        servers = [json.loads(p.read_text()) for p in ledger.glob("*.json")]
+        servers = [s for s in servers if s["trial_dir"] != "ray-local-cluster"]
+        if len(servers) >= count:
+            return servers
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {count} servers started within {timeout}s")
+
+
+def _alive(entry: dict) -> bool:
+    return start_ticks(entry["pid"]) == entry["start_ticks"]
+
+
+def test_sigkill_mid_trial_then_resume(tmp_path: Path, llama_server: Path) -> None:
+    space = _space(tmp_path, trials=3)
+    ledger = tmp_path / "runs" / "crash" / "servers"
+    first = _start(tmp_path, space, "crash")
+    servers = _wait_for_servers(ledger, 2)
+    time.sleep(1.0)  # mid-probe
+    everything = [json.loads(p.read_text()) for p in ledger.glob("*.json")]  # servers and Ray's processes
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+
+    second = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", "crash"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "was interrupted: recorded as FAIL, params re-queued" in second.stdout
+    assert not any(_alive(e) for e in everything), "a process of the killed run survived the rerun"
+
+    study = optuna.load_study(study_name="crash", storage=f"sqlite:///{tmp_path}/runs/crash/study.db")
+    trials = study.get_trials()
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 2 and all("interrupted" in t.user_attrs["error"] for t in failed)
+    requeued = [t for t in trials if "requeued_from" in t.user_attrs]
+    assert sorted(t.user_attrs["requeued_from"] for t in requeued) == sorted(t.number for t in failed)
+    assert all(t.params == trials[t.user_attrs["requeued_from"]].params for t in requeued)
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
+    assert not any(t.state == TrialState.RUNNING for t in trials)
+    assert not [p for p in ledger.glob("*.json")], "ledger not empty after a clean finish"
+    del servers
+
+
+def test_sigint_stops_tears_down_and_records(tmp_path: Path, llama_server: Path) -> None:
+    space = _space(tmp_path, trials=6)
+    ledger = tmp_path / "runs" / "stop" / "servers"
+    run = _start(tmp_path, space, "stop")
+    servers = _wait_for_servers(ledger, 2)
+    began = time.monotonic()
+    os.kill(run.pid, signal.SIGINT)
+    out, _ = run.communicate(timeout=60)
+    assert time.monotonic() - began < 30, "did not exit within 30 s of SIGINT"
+    assert run.returncode == 0, out
+    assert "stopped: stopped by SIGINT" in out
+    assert not any(_alive(s) for s in servers)
+    study = optuna.load_study(study_name="stop", storage=f"sqlite:///{tmp_path}/runs/stop/study.db")
+    assert not any(t.state == TrialState.RUNNING for t in study.get_trials())
+    assert any(t.state == TrialState.FAIL and "interrupted" in t.user_attrs.get("error", "") for t in study.get_trials())

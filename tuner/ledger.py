@@ -1,0 +1,135 @@
+"""A ledger of the servers a study has started: one small file per live server under
+``runs/<study>/servers/``, removed after a clean teardown.
+
+After a crash (the tuner SIGKILLed, a Ray worker lost), a rerun stops the servers whose entries
+remain — but only a process whose pid AND kernel start time both match its entry, so a reused
+pid of some other program is never touched. Nothing is ever found by name or by port."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["Entry", "Ledger", "descendants", "start_ticks"]
+
+logger = logging.getLogger(__name__)
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+def descendants(root: int, *, stop_below: str | None = None) -> list[int]:
+    """Live pids below ``root`` in the process tree; the subtree of a process whose command
+    starts with ``stop_below`` is not entered (that process itself is listed)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            if stop_below is None or not _cmdline(child).startswith(stop_below):
+                todo.append(child)
+    return found
+
+
+@dataclass(frozen=True)
+class Entry:
+    pid: int
+    pgid: int
+    start_ticks: int
+    trial_dir: str
+    argv0: str
+    started_at: float
+
+    def alive(self) -> bool:
+        return start_ticks(self.pid) == self.start_ticks
+
+
+class Ledger:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def add(self, pid: int, trial_dir: Path | str, argv0: str) -> Entry:
+        ticks = start_ticks(pid)
+        entry = Entry(pid, os.getpgid(pid), ticks if ticks is not None else -1, str(trial_dir), argv0, time.time())
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{pid}.tmp"
+        tmp.write_text(json.dumps(asdict(entry)))
+        os.replace(tmp, self.root / f"{pid}.json")
+        return entry
+
+    def add_tree(self, root: int, label: str) -> list[int]:
+        """Record every process below ``root`` not yet recorded (a local Ray cluster), but not
+        what Ray's workers start (trial servers, recorded on their own)."""
+        known = {e.pid for e in self.entries()}
+        added = []
+        for pid in descendants(root, stop_below="ray::"):
+            if pid not in known:
+                try:
+                    self.add(pid, label, _cmdline(pid))
+                except OSError:
+                    continue
+                added.append(pid)
+        return added
+
+    def remove(self, pid: int) -> None:
+        (self.root / f"{pid}.json").unlink(missing_ok=True)
+
+    def entries(self) -> list[Entry]:
+        found = []
+        for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
+            try:
+                found.append(Entry(**json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError):
+                logger.warning("unreadable ledger entry %s", path)
+        return found
+
+    def labelled(self, label: str) -> list[Entry]:
+        return [e for e in self.entries() if e.trial_dir == label]
+
+    def for_trial(self, trial_dir: Path) -> list[Entry]:
+        return [e for e in self.entries() if Path(e.trial_dir) == Path(trial_dir)]
+
+    def stop_orphans(self, entries: list[Entry] | None = None) -> list[Entry]:
+        """Stop the recorded servers that still live (same pid and start time); forget the rest."""
+        from tuner.server import terminate_group, terminate_pid
+
+        stopped = []
+        for entry in self.entries() if entries is None else entries:
+            if entry.alive():
+                logger.warning("stopping leftover process %d (group %d) of %s", entry.pid, entry.pgid, entry.trial_dir)
+                if entry.pgid == entry.pid and entry.pgid != os.getpgrp():
+                    terminate_group(entry.pgid, term_timeout=5.0)  # a server: its own session and group
+                else:
+                    terminate_pid(entry.pid, term_timeout=5.0)  # e.g. Ray's helpers share a group with others
+                stopped.append(entry)
+            self.remove(entry.pid)
+        return stopped
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0].decode(errors="replace")[:200]
+    except OSError:
+        return ""
