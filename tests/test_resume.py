@@ -101,3 +101,24 @@ def test_sigint_stops_tears_down_and_records(tmp_path: Path, llama_server: Path)
     study = optuna.load_study(study_name="stop", storage=f"sqlite:///{tmp_path}/runs/stop/study.db")
     assert not any(t.state == TrialState.RUNNING for t in study.get_trials())
     assert any(t.state == TrialState.FAIL and "interrupted" in t.user_attrs.get("error", "") for t in study.get_trials())
+
+
+def _affinity(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        return next(line.split(":")[1].strip() for line in f if line.startswith("Cpus_allowed_list"))
+
+
+def test_two_partitions_overlap_each_pinned_to_its_core(tmp_path: Path, llama_server: Path) -> None:
+    space = _space(tmp_path, trials=2)
+    run = _start(tmp_path, space, "pair")
+    servers = _wait_for_servers(tmp_path / "runs" / "pair" / "servers", 2)
+    pinned = sorted(_affinity(s["pid"]) for s in servers)
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, out
+    assert pinned == ["0", "1"]
+    spans = []
+    for n in (0, 1):
+        timings = json.loads((tmp_path / "runs" / "pair" / "trials" / str(n) / "outcome.json").read_text())["timings"]
+        spans.append((timings["started_at"], timings["ended_at"]))
+    (a0, a1), (b0, b1) = spans
+    assert max(a0, b0) < min(a1, b1), f"trials did not overlap: {spans}"

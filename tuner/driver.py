@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.artifacts import RunDir, write_json
+from tuner.devices import GpuHygiene
 from tuner.evidence import Evidence
 from tuner.exceptions import ConfigInfeasible, InfrastructureError, TrialTimeout, TunerError
 from tuner.executors import Executor
@@ -154,6 +155,7 @@ class Driver:
         trial_timeout: float | None = None,
         on_trial: Callable[[TrialReport], None] | None = None,
         ledger: Ledger | None = None,
+        hygiene: GpuHygiene | None = None,
     ) -> None:
         self.space = space
         self.study = study
@@ -167,6 +169,7 @@ class Driver:
         hw = space.hardware
         self.pool = PartitionPool(hw.kind, hw.devices)
         self.ledger = ledger or Ledger(run_dir.root / "servers")
+        self.hygiene = hygiene
         self._began = 0.0
         self._durations: list[float] = []
         self._stop_requested = ""
@@ -302,9 +305,19 @@ class Driver:
         self._running.clear()
         self._launching = None
 
+    def _release(self, partition: Partition) -> None:
+        """Return a partition to the pool once its GPUs' memory is back near the baseline."""
+        self.pool.release(partition)
+        if self.hygiene is not None and self.hygiene.available:
+            excess = self.hygiene.settle(partition.devices)
+            if excess:
+                self.pool.quarantine(partition)
+                held = ", ".join(f"GPU {d}: {mib:.0f} MiB" for d, mib in excess.items())
+                logger.error("quarantined %s: memory not released after the trial (%s)", partition.describe(), held)
+
     def _finish(self, future: Future[TrialOutcome], summary: RunSummary) -> None:
         entry = self._running.pop(future)
-        self.pool.release(entry.partition)
+        self._release(entry.partition)
         trial = entry.trial
         error = future.exception()
         if entry.timed_out:

@@ -12,6 +12,7 @@ from tuner import space as spaces
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
+from tuner.devices import GpuHygiene
 from tuner.driver import Driver, TrialReport, recover
 from tuner.exceptions import ConfigError
 from tuner.executors import Executor, InlineExecutor, RayExecutor
@@ -53,6 +54,7 @@ def run(
     runner = _executor(executor, the_space, ray_address, ledger)
     driver = Driver(
         the_space, the_study, objective, run_dir, runner, ledger=ledger,
+        hygiene=GpuHygiene(the_space.hardware.devices) if the_space.hardware.kind == "gpu" else None,
         trials=budget, timeout=limit, trial_timeout=the_space.budget.trial_timeout, on_trial=_report,
     )
     echo(f"  {the_space.hardware.kind} devices {the_space.hardware.devices}, {runner.max_parallel} trial(s) at a time ({executor})")
