@@ -1,4 +1,5 @@
-"""Probes measure a running server: load (throughput, latency) and recall (effective context)."""
+"""Probes measure a running server: load (throughput, latency), recall (effective context),
+overload (what a burst beyond capacity meets)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ from typing import TYPE_CHECKING
 
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes.load import LoadProbe
+from tuner.probes.overload import OverloadProbe
 from tuner.probes.recall import RecallProbe
 
 if TYPE_CHECKING:
     from tuner.space import SearchSpace
 
-__all__ = ["LoadProbe", "Probe", "RecallProbe", "ServerHandle", "from_space", "metric_names"]
+__all__ = ["LoadProbe", "OverloadProbe", "Probe", "RecallProbe", "ServerHandle", "from_space", "metric_names"]
 
-_PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, RecallProbe)}
+_PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, RecallProbe, OverloadProbe)}
 CAPACITY_METRICS = {"capacity.kv_tokens", "capacity.max_running_requests", "capacity.context_per_request"}
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "IntParam",
     "LoadProbeSpec",
     "ModelSpec",
+    "OverloadProbeSpec",
     "Parameter",
     "ProbesSpec",
     "RecallProbeSpec",
@@ -184,9 +185,24 @@ class RecallProbeSpec(_Strict):
         return lengths
 
 
+class OverloadProbeSpec(_Strict):
+    factor: float = Field(2.0, gt=1.0)
+    capacity: int = Field(4, ge=1, description="used when the engine does not report its running-request limit")
+    max_burst: int = Field(512, ge=2)
+    prompt_tokens: int = Field(32, ge=1)
+    output_tokens: int = Field(16, ge=1)
+    request_timeout: float = 60.0
+
+    @field_validator("request_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
+
+
 class ProbesSpec(_Strict):
     load: LoadProbeSpec | None = Field(default_factory=LoadProbeSpec)
     recall: RecallProbeSpec | None = None
+    overload: OverloadProbeSpec | None = None
 
 
 class Budget(_Strict):

@@ -1,0 +1,96 @@
+"""Fault injector and benchmark endpoint: a minimal OpenAI-style streaming server.
+
+Modes (``--mode``):
+  ok         stream ``max_tokens`` one-token events, then usage and [DONE] (pre-built bytes: cheap,
+             so a client measured against it is the bottleneck, not this server)
+  midstream  send half the tokens, then an error event and close: a 500 in the middle of a stream
+  reject     answer 429 at once when more than ``--capacity`` requests are in flight
+Also answers /tokenize (one token per word) and /health. Never the engine a feature is proven on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _event(data: dict) -> bytes:
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+def make_handler(mode: str, capacity: int, hold: float) -> type[BaseHTTPRequestHandler]:
+    in_flight = [0]
+    lock = threading.Lock()
+    token = _event({"choices": [{"index": 0, "text": "x"}]})
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _json(self, code: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._json(200, {"status": "ok"})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if self.path == "/tokenize":
+                text = body.get("content") or body.get("prompt") or ""
+                self._json(200, {"tokens": list(range(len(text.split())))})
+                return
+            with lock:
+                in_flight[0] += 1
+                over = mode == "reject" and in_flight[0] > capacity
+            try:
+                if over:
+                    self._json(429, {"error": {"message": "server busy", "type": "too_many_requests"}})
+                    return
+                self._stream(int(body.get("max_tokens", 16)), len(str(body.get("prompt", "")).split()))
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+        def _stream(self, n: int, prompt_tokens: int) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if hold:
+                threading.Event().wait(hold)
+            if mode == "midstream":
+                self.wfile.write(token * (n // 2) + _event({"error": {"message": "internal error", "code": 500}}))
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            usage = _event({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n}})
+            self.wfile.write(token * n + usage + b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+    return Handler
+
+
+def serve(port: int, mode: str = "ok", capacity: int = 2, hold: float = 0.0) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(mode, capacity, hold))
+    server.daemon_threads = True
+    return server
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--mode", choices=["ok", "midstream", "reject"], default="ok")
+    parser.add_argument("--capacity", type=int, default=2)
+    parser.add_argument("--hold", type=float, default=0.0)
+    args = parser.parse_args()
+    serve(args.port, args.mode, args.capacity, args.hold).serve_forever()

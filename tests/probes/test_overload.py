@@ -1,0 +1,67 @@
+"""Overload probe: the real llama-server queues without bound; a fault injector rejects fast."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_space
+from tests.fault.sse_server import serve
+from tuner import engines
+from tuner.partitions import free_port
+from tuner.probes import LoadProbe, OverloadProbe, ServerHandle
+from tuner.records import Capacity
+from tuner.server import ServerProcess
+from tuner.space import LoadProbeSpec, OverloadProbeSpec, validate
+
+
+@pytest.fixture()
+def fault_server(request: pytest.FixtureRequest):
+    mode, capacity, hold = request.param
+    port = free_port("127.0.0.1", 32700, 100)
+    server = serve(port, mode, capacity, hold)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("fault_server", [("reject", 2, 0.5)], indirect=True)
+def test_fast_rejections_are_counted(fault_server: str) -> None:
+    handle = ServerHandle(fault_server, "m", Capacity(max_running_requests=2), "fake")
+    result = OverloadProbe(OverloadProbeSpec(factor=3.0, prompt_tokens=8, output_tokens=4)).run(handle)
+    m = result.metrics
+    assert m["burst"] == 6
+    assert m["rejected"] == 4 and m["completed"] == 2
+    assert m["unbounded_queue"] == 0
+    assert "429" in result.details["first_rejection"]
+
+
+@pytest.mark.parametrize("fault_server", [("midstream", 99, 0.0)], indirect=True)
+def test_a_500_mid_stream_is_an_error_not_a_latency(fault_server: str) -> None:
+    handle = ServerHandle(fault_server, "m", Capacity(), "fake")
+    result = LoadProbe(LoadProbeSpec(concurrency=[2], prompt_tokens=8, output_tokens=10, requests=4, warmup=0)).run(handle)
+    level = result.details["levels"]["2"]
+    assert level["errors"] == 4 and level["error_rate"] == 1.0
+    assert "stream error" in level["first_error"]
+    assert level["ttft_p50"] is None and level["output_tokens"] == 0
+    assert result.details["stop_reason"].startswith("error rate 100%")
+
+
+@pytest.mark.integration
+def test_llama_server_queues_a_burst_without_bound(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    space = validate(tiny_space(), "t.yaml")
+    adapter = engines.get("llamacpp")
+    port = free_port("127.0.0.1", 32600, 100)
+    cmd = adapter.command({"ctx-size": 2048, "parallel": 2}, space=space, model_path=str(smollm2), port=port)
+    with ServerProcess(cmd, adapter=adapter, log_path=tmp_path / "s.log", host="127.0.0.1", port=port, model=str(smollm2), startup_timeout=30) as server:
+        server.wait_ready()
+        cap = adapter.capacity(server.log_text(), None, None)
+        result = OverloadProbe(OverloadProbeSpec(prompt_tokens=16, output_tokens=16)).run(ServerHandle(server.url, str(smollm2), cap, "llamacpp"))
+    m = result.metrics
+    assert m["burst"] == 4 and m["completed"] == 4 and m["rejected"] == 0
+    assert m["unbounded_queue"] == 1 and "unbounded" in result.details["warning"]
+    assert m["queue_wait_max"] > 0
