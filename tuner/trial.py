@@ -11,13 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from tuner import engines, probes
 from tuner.artifacts import write_json
 from tuner.ledger import Ledger
 from tuner.partitions import Partition
 from tuner.probes import ServerHandle
+from tuner.probes.capacity import read_capacity
 from tuner.records import Timings, TrialOutcome
 from tuner.server import ServerProcess
 from tuner.space import SearchSpace
@@ -66,8 +65,8 @@ def run_trial(
         startup_s = server.wait_ready()
         logger.info("ready after %.1fs: %s", startup_s, trial_dir)
         probe_began = time.monotonic()
-        with httpx.Client(timeout=10.0, trust_env=False) as client:
-            capacity = adapter.capacity(server.log_text(), client, server.url)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        capacity = read_capacity(adapter, server.log_text(), server.url, headers=headers)
         handle = ServerHandle(server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key)
         results = tuple(probe.run(handle) for probe in probes.from_space(space))
         probe_s = time.monotonic() - probe_began

@@ -65,3 +65,36 @@ def test_load_probe_on_real_llama_server(tmp_path: Path, llama_server: Path, smo
     assert 4 * 40 <= level["prompt_tokens"] <= 4 * 52  # prompts sized with the server's tokenizer
     assert m["ttft_p50@2"] <= m["e2e_p50@2"]
     assert result.details["stop_reason"] == "completed"
+
+
+@pytest.mark.integration
+def test_capacity_from_log_props_and_slots_agree(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    from tuner.probes.capacity import read_capacity
+
+    space = validate(tiny_space(), "t.yaml")
+    adapter = engines.get("llamacpp")
+    port = free_port("127.0.0.1", 32450, 50)
+    cmd = adapter.command({"ctx-size": 4096, "parallel": 2}, space=space, model_path=str(smollm2), port=port)
+    with ServerProcess(cmd, adapter=adapter, log_path=tmp_path / "s.log", host="127.0.0.1", port=port, model=str(smollm2), startup_timeout=30) as server:
+        server.wait_ready()
+        cap = read_capacity(adapter, server.log_text(), server.url)
+    assert set(cap.sources) == {"log", "/props", "/slots"}
+    assert (cap.max_running_requests, cap.context_per_request, cap.kv_tokens) == (2, 2048, 4096)
+    assert cap.disagreements == ()
+
+
+def test_dataset_prompts_cycle(tmp_path: Path) -> None:
+    from tuner.probes.load import _dataset_prompts
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "a b"}\n\n{"messages": [{"role": "user", "content": "c"}]}\n')
+    assert _dataset_prompts(str(data), 3) == ["a b", "c", "a b"]
+
+
+def test_missing_dataset_is_a_space_error() -> None:
+    from tuner.exceptions import SpaceError
+
+    raw = tiny_space()
+    raw["probes"]["load"]["dataset"] = "/nope.jsonl"
+    with pytest.raises(SpaceError, match="probes.load.dataset: dataset file '/nope.jsonl' does not exist"):
+        validate(raw, "t.yaml")

@@ -139,9 +139,9 @@ class LlamaCppAdapter(EngineAdapter):
         if log:
             sources["log"] = log
         if client is not None and base_url is not None:
-            props = _from_props(client, base_url)
-            if props:
-                sources["/props"] = props
+            for name, read in (("/props", _from_props), ("/slots", _from_slots)):
+                if values := read(client, base_url):
+                    sources[name] = values
         return reconcile(sources)
 
 
@@ -170,3 +170,13 @@ def _from_props(client: httpx.Client, base_url: str) -> dict[str, Any]:
     if n_ctx is not None:
         values["context_per_request"] = int(n_ctx)
     return values
+
+
+def _from_slots(client: httpx.Client, base_url: str) -> dict[str, Any]:
+    try:
+        slots = client.get(f"{base_url}/slots").json()
+    except (httpx.TransportError, ValueError):
+        return {}
+    if not isinstance(slots, list) or not slots:
+        return {}
+    return {"max_running_requests": len(slots), "context_per_request": int(slots[0].get("n_ctx", 0)) or None}

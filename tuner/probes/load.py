@@ -139,6 +139,8 @@ class LoadProbe(Probe):
         return self._result(results, stop_reason)
 
     async def _prompts(self, client: httpx.AsyncClient, server: ServerHandle, count: int) -> list[str]:
+        if self.spec.dataset:
+            return _dataset_prompts(self.spec.dataset, count)
         tokenizer = Tokenizer(client, server.url, server.model)
         target = self.spec.prompt_tokens
         words = filler_words(target * 2 + 16, seed=0)
@@ -169,12 +171,16 @@ class LoadProbe(Probe):
     ) -> dict[str, Any]:
         pending = list(reversed(prompts))
         records: list[RequestRecord] = []
+        began = time.perf_counter()
+        until = began + self.spec.duration if self.spec.duration else None
 
         async def worker() -> None:
-            while pending:
-                records.append(await stream_request(client, *self._request(server, pending.pop())))
+            while pending and (until is None or time.perf_counter() < until):
+                prompt = pending.pop()
+                if until is not None:
+                    pending.insert(0, prompt)  # a timed level cycles through its prompts
+                records.append(await stream_request(client, *self._request(server, prompt)))
 
-        began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return summarize(records, time.perf_counter() - began, self.spec.output_tokens)
 
@@ -244,3 +250,18 @@ def _stop_reason(results: dict[int, dict[str, Any]], level: int, target: int) ->
     if level > target and gain < SATURATION_GAIN and ttft_up:
         return f"saturated at concurrency {level}: throughput +{gain:.1%} while TTFT p50 rose"
     return "completed"
+
+
+def _dataset_prompts(path: str, count: int) -> list[str]:
+    """Prompts from a JSONL file ({"prompt": ...} or {"messages": [...]}), cycled to ``count``."""
+    texts = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                text = row.get("prompt") or "\n".join(m.get("content", "") for m in row.get("messages", []))
+                if text:
+                    texts.append(text)
+    if not texts:
+        raise ValueError(f"{path}: no prompts (each line needs 'prompt' or 'messages')")
+    return [texts[i % len(texts)] for i in range(count)]

@@ -80,6 +80,9 @@ def _cross_check(space: SearchSpace, source: str) -> None:
         raise SpaceError(source, "engine", str(exc)) from None
     if problem := adapter.model_problem(space.model.path):
         raise SpaceError(source, "model.path", problem)
+    load = space.probes.load
+    if load is not None and load.dataset is not None and not Path(load.dataset).is_file():
+        raise SpaceError(source, "probes.load.dataset", f"dataset file {load.dataset!r} does not exist")
     known = set(space.parameters) | set(space.server.flags)
     for i, text in enumerate(space.constraints):
         try:

@@ -146,13 +146,22 @@ class LoadProbeSpec(_Strict):
     prompt_tokens: int = Field(128, ge=1)
     output_tokens: int = Field(64, ge=1)
     requests: int = Field(8, ge=1)
+    duration: float | None = None
     warmup: int = Field(1, ge=0)
     request_timeout: float = 120.0
+    dataset: str | None = None
 
     @field_validator("request_timeout", mode="before")
     @classmethod
     def _duration(cls, v: Any) -> float:
         return parse_duration(v)
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _level_duration(cls, v: Any) -> float | None:
+        return None if v is None else parse_duration(v)
+
+    _check_dataset = field_validator("dataset")(classmethod(lambda cls, v: v if v is None else check_path(v)))
 
     @model_validator(mode="after")
     def _target_in_levels(self) -> LoadProbeSpec:
