@@ -80,6 +80,9 @@ def open_study(
             f"({study.user_attrs.get(SOURCE_ATTR)}); rerun with --force to continue it with {source}, "
             "or choose another --study"
         )
+    if stored is None:
+        for params in space.enqueue:  # known configs first (e.g. today's production config)
+            study.enqueue_trial(params, user_attrs={"enqueued": "space"})
     if stored != fingerprint:
         if stored is not None:
             logger.warning("study %s: space changed (forced); continuing with %s", name, source)

@@ -60,6 +60,8 @@ MALFORMED = [
     ("hardware.per_trial", 4, "hardware", "between 1 and 1"),
     ("hardware.per_trial", "tp", "", "not a parameter"),
     ("hardware.kind", "tpu", "hardware.kind", "'cpu' or 'gpu'"),
+    ("enqueue", [{"ctx-size": 999}], "enqueue[0].ctx-size", "outside the parameter's range"),
+    ("enqueue", [{"threads": 2}], "enqueue[0].threads", "not a parameter"),
 ]
 
 
@@ -122,3 +124,12 @@ def test_units_in_space_are_parsed() -> None:
     space = spaces.validate(raw, "cpu-llamacpp.yaml")
     assert space.server.memory_cap == 2**30
     assert space.budget.timeout == 900.0
+
+
+@pytest.mark.parametrize("name", ["h200-vllm", "h200-sglang"])
+def test_h200_spaces_validate_with_their_model_dir(name: str, tmp_path: Path) -> None:
+    raw = yaml.safe_load((ROOT / "search_spaces" / f"{name}.yaml").read_text())
+    assert raw["model"]["path"] == "/tmp/model"  # laid out by shared/gpu's installer on the H200
+    raw["model"]["path"] = str(tmp_path)
+    space = spaces.validate(raw, f"{name}.yaml")
+    assert space.objectives == "throughput-slo" and len(space.enqueue) == 3

@@ -3,6 +3,7 @@ managers/scheduler.py, mem_cache/memory_pool.py, model_executor/pool_configurato
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import sys
 from collections.abc import Mapping
@@ -53,12 +54,38 @@ _SUMMARY = re.compile(
 _POOL = re.compile(r"KV Cache is allocated\..*?#tokens: ([\d,]+)")
 
 
+# --cuda-graph-max-bs became a deprecated alias of --cuda-graph-max-bs-decode: 0.5.10.post1 knows
+# only the old name, 0.5.17 both (server_args.py of each wheel). The new name is used from 0.5.17.
+RENAMED_FROM = (0, 5, 17)
+RENAMED = {"cuda-graph-max-bs": "cuda-graph-max-bs-decode"}
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
 class SglangAdapter(EngineAdapter):
     name = "sglang"
     signatures = SIGNATURES
 
     def executable(self) -> list[str]:
         return [sys.executable, "-m", "sglang.launch_server"]
+
+    def version(self) -> str | None:
+        try:
+            return importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    def render_flags(self, flags: Mapping[str, Any]) -> list[str]:
+        version = self.version()
+        if version is not None and _version_tuple(version) >= RENAMED_FROM:
+            flags = {RENAMED.get(name, name): value for name, value in flags.items()}
+        return super().render_flags(flags)
+
+    def listen_args(self, host: str, port: int) -> list[str]:
+        # SGLang opens internal ports (NCCL, ZMQ) from a base: keep them inside the partition's block
+        return ["--host", host, "--port", str(port), "--nccl-port", str(port + 50)]
 
     def model_problem(self, path: str) -> str | None:
         return hub_or_local_problem(path)
@@ -91,12 +118,9 @@ class SglangAdapter(EngineAdapter):
         if log := parse_log(log_text):
             sources["log"] = log
         if client is not None and base_url is not None:
-            try:
-                info = client.get(f"{base_url}/get_server_info").json()
-            except (httpx.TransportError, ValueError):
-                info = {}
+            endpoint, info = _server_info(client, base_url)
             if "max_total_num_tokens" in info:
-                sources["/get_server_info"] = {
+                sources[endpoint] = {
                     "kv_tokens": int(info["max_total_num_tokens"]),
                     "max_running_requests": info.get("max_running_requests"),
                     "context_per_request": info.get("context_length"),
@@ -118,3 +142,15 @@ def parse_log(log_text: str) -> dict[str, Any]:
         values["kv_pool_tokens"] = to_int(m[1])
         values.setdefault("kv_tokens", values["kv_pool_tokens"])
     return values
+
+
+def _server_info(client: httpx.Client, base_url: str) -> tuple[str, dict[str, Any]]:
+    """/server_info (0.5.17; /get_server_info is deprecated there), else /get_server_info."""
+    for endpoint in ("/server_info", "/get_server_info"):
+        try:
+            reply = client.get(f"{base_url}{endpoint}")
+            if reply.status_code == 200:
+                return endpoint, reply.json()
+        except (httpx.TransportError, ValueError):
+            continue
+    return "/server_info", {}

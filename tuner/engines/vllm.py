@@ -4,6 +4,7 @@ whose root cause is logged above it, so that signature has the lowest priority."
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import sys
@@ -72,13 +73,19 @@ class VllmAdapter(EngineAdapter):
     signatures = SIGNATURES
 
     def executable(self) -> list[str]:
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
 
     def model_problem(self, path: str) -> str | None:
         return hub_or_local_problem(path)
 
     def model_args(self, model_path: str) -> list[str]:
-        return ["--model", model_path]
+        return [model_path]
+
+    def version(self) -> str | None:
+        try:
+            return importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            return None
 
     def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
         compilation = flags.get("compilation-config") or {}

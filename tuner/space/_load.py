@@ -92,6 +92,12 @@ def _cross_check(space: SearchSpace, source: str) -> None:
         unknown = sorted(constraint.names - known)
         if unknown:
             raise SpaceError(source, f"constraints[{i}]", f"unknown parameter {unknown[0]!r}")
+    for i, params in enumerate(space.enqueue):
+        for name, value in params.items():
+            if name not in space.parameters:
+                raise SpaceError(source, f"enqueue[{i}].{name}", "not a parameter of this space")
+            if not space.parameters[name].contains(value):
+                raise SpaceError(source, f"enqueue[{i}].{name}", f"{value!r} is outside the parameter's range")
     try:
         objective = objectives.load(space.objectives)
     except ConfigError as exc:

@@ -43,6 +43,9 @@ class IntParam(_Strict):
     step: int = Field(1, ge=1)
     log: bool = False
 
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high and (value - self.low) % self.step == 0
+
     @model_validator(mode="after")
     def _check(self) -> IntParam:
         _check_range(self.low, self.high, self.log)
@@ -58,6 +61,9 @@ class FloatParam(_Strict):
     step: float | None = Field(None, gt=0)
     log: bool = False
 
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
+
     @model_validator(mode="after")
     def _check(self) -> FloatParam:
         _check_range(self.low, self.high, self.log)
@@ -69,6 +75,9 @@ class FloatParam(_Strict):
 class CategoricalParam(_Strict):
     type: Literal["categorical"]
     choices: list[Scalar] = Field(min_length=1)
+
+    def contains(self, value: Any) -> bool:
+        return value in self.choices
 
     @field_validator("choices")
     @classmethod
@@ -263,6 +272,7 @@ class SearchSpace(_Strict):
     server: ServerSpec = Field(default_factory=ServerSpec)
     parameters: dict[str, Parameter] = Field(min_length=1)
     constraints: list[str] = Field(default_factory=list)
+    enqueue: list[dict[str, Scalar]] = Field(default_factory=list)
     probes: ProbesSpec = Field(default_factory=ProbesSpec)
     objectives: str = "throughput-vs-context"
     budget: Budget = Field(default_factory=Budget)
