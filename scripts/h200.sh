@@ -25,6 +25,6 @@ rc=$?
 echo "tune exit $rc after $(( $(date +%s) - t0 ))s"
 python3 -m tuner status --study "h200-$engine"
 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tail -15
-tar czf "$out/runs-h200-$engine.tgz" -C runs "h200-$engine" --exclude=servers
+tar czf "$out/runs-h200-$engine.tgz" --exclude=servers -C runs "h200-$engine"
 nvidia-smi --query-gpu=memory.used --format=csv
 exit $rc

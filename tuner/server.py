@@ -17,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -66,6 +67,7 @@ class ServerProcess:
         self.poll_interval = poll_interval
         self.ledger = ledger
         self.proc: subprocess.Popen[str] | None = None
+        self.stopped_by_tuner = False
         self.started_at = 0.0
         self.ready_at: float | None = None
         self._fatal: tuple[Signature, str] | None = None
@@ -185,12 +187,25 @@ class ServerProcess:
             details=details,
         )
 
+    def settled(self, evidence: Evidence) -> Evidence:
+        """``evidence`` taken before teardown, completed with how the process ended after it."""
+        assert self.proc is not None
+        code = self.proc.poll()
+        return replace(
+            evidence,
+            returncode=code if code is not None and code >= 0 else None,
+            signal=signal.Signals(-code).name if code is not None and code < 0 else None,
+            details={**evidence.details, "stopped_by_tuner": self.stopped_by_tuner},
+        )
+
     def stop(self) -> float:
         """TERM the group, TERM again, KILL; verify nothing of it is left. Returns seconds taken."""
         if self.proc is None:
             return 0.0
         begun = time.monotonic()
         pgid = self.proc.pid
+        if self.proc.poll() is None:
+            self.stopped_by_tuner = True
         survivors = terminate_group(pgid, term_timeout=self.term_timeout, proc=self.proc)
         _reap(self.proc)
         if self._reader is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tuner import engines, probes
 from tuner.artifacts import write_json
+from tuner.exceptions import ConfigInfeasible
 from tuner.ledger import Ledger
 from tuner.partitions import Partition
 from tuner.probes import ServerHandle
@@ -62,7 +63,11 @@ def run_trial(
     )
     server.start()
     try:
-        startup_s = server.wait_ready()
+        try:
+            startup_s = server.wait_ready()
+        except ConfigInfeasible as exc:
+            server.stop()
+            raise type(exc)(str(exc), evidence=server.settled(exc.evidence)) from None
         logger.info("ready after %.1fs: %s", startup_s, trial_dir)
         probe_began = time.monotonic()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None

@@ -24,7 +24,7 @@ ENGINE_CORE = "RuntimeError: Engine core initialization failed. See root cause a
         ("vllm", VLLM_MAX_LEN + "\n" + ENGINE_CORE, "max_model_len_exceeds_kv", Category.CONTEXT_TOO_LONG),
         ("vllm", VLLM_MAX_LEN.replace("model's", "models's"), "max_model_len_exceeds_kv", Category.CONTEXT_TOO_LONG),
         ("vllm", "ValueError: Free memory on device cuda:0 (10.5/139.8 GiB) on startup is less than desired GPU memory utilization (0.9, 125.8 GiB).", "free_memory_below_utilization", Category.OUT_OF_MEMORY),
-        ("vllm", "ValueError: User-specified max_model_len (2000000) is greater than the derived max_model_len (max_position_embeddings=8192 in model's config.json).", "max_model_len_above_derived", Category.CONTEXT_TOO_LONG),
+        ("vllm", "pydantic_core._pydantic_core.ValidationError: Value error, User-specified max_model_len (2000000) is greater than the derived max_model_len (max_position_embeddings=8192 in model's config.json).", "max_model_len_above_derived", Category.CONTEXT_TOO_LONG),
         ("vllm", "ValueError: Failed to load model - not enough GPU memory", "model_load_oom", Category.OUT_OF_MEMORY),
         ("vllm", "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests.", "cuda_oom", Category.OUT_OF_MEMORY),
         ("vllm", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" + ENGINE_CORE, "cuda_oom", Category.OUT_OF_MEMORY),
@@ -54,7 +54,7 @@ def test_vllm_grade_of_max_len_failure() -> None:
 
 
 def test_sglang_grade_of_context_failure() -> None:
-    line = "User-specified context_length (2000000) is greater than the derived context_length (8192)."
+    line = "ValueError: Warning: User-specified context_length (2000000) is greater than the derived context_length (8192)."
     assert engines.get("sglang").classify(line).details == {
         "asked_context_length": 2000000,
         "derived_context_length": 8192,
@@ -97,3 +97,25 @@ def test_unknown_engine_lists_known() -> None:
 
     with pytest.raises(ConfigError, match=r"'tgi' is not registered; available: \['llamacpp', 'sglang', 'vllm'\]"):
         engines.get("tgi")
+
+
+# seen on the H200 (vLLM 0.26, VLLM_ALLOW_LONG_MAX_MODEL_LEN=1): a warning, after which vLLM goes on
+VLLM_LONG_LEN_WARNING = (
+    "(APIServer pid=2004) WARNING 11-29 09:42:13 [model.py:2283] User-specified max_model_len (2000000) is "
+    "greater than the derived max_model_len (max_position_embeddings=8192.0 or model_max_length=None in "
+    "model's config.json). VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution."
+)
+
+
+def test_allowed_long_max_model_len_is_a_warning_not_a_failure() -> None:
+    from tuner.engines._signatures import first_fatal
+
+    adapter = engines.get("vllm")
+    assert adapter.classify(VLLM_LONG_LEN_WARNING) is None
+    assert first_fatal(adapter.signatures, VLLM_LONG_LEN_WARNING) is None
+    assert adapter.classify(VLLM_LONG_LEN_WARNING + "\n" + VLLM_MAX_LEN).signature.name == "max_model_len_exceeds_kv"
+
+
+def test_allowed_long_sglang_context_is_a_warning_not_a_failure() -> None:
+    line = "[2026-11-29 09:42:13] Warning: User-specified context_length (2000000) is greater than the derived context_length (8192)."
+    assert engines.get("sglang").classify(line) is None

@@ -25,7 +25,8 @@ def check_tune(run_dir: Path, study: str, engine: str) -> None:
     assert pruned and {t.user_attrs.get("signature") for t in pruned} & FAILURES[engine]
     for t in pruned:
         evidence = json.loads((run_dir / "trials" / str(t.number) / "evidence.json").read_text())
-        assert evidence["lines"] and evidence["returncode"] is not None
+        assert evidence["lines"]
+        assert evidence["returncode"] is not None or evidence["details"]["stopped_by_tuner"]
         assert (run_dir / "trials" / str(t.number) / "server.log").stat().st_size > 0
     served = [t for t in trials if t.state == TrialState.COMPLETE]
     assert served

@@ -33,7 +33,8 @@ SIGNATURES = (
     Signature(
         "context_above_derived",
         Category.CONTEXT_TOO_LONG,
-        (r"User-specified context_length \(\d+\) is greater than the derived context_length",),
+        # raised (model_config.py) only without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1; with it: a warning
+        (r"(Error|error)[:,] Warning: User-specified context_length \(\d+\) is greater than the derived context_length",),
         grade=_grade_context,
     ),
     Signature("cuda_graph_capture_failed", Category.OUT_OF_MEMORY, (r"Capture cuda graph failed",)),

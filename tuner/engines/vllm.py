@@ -46,7 +46,9 @@ SIGNATURES = (
     Signature(
         "max_model_len_above_derived",
         Category.CONTEXT_TOO_LONG,
-        (r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len",),
+        # raised only without VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; with it the same words are a WARNING
+        # and vLLM goes on (then may fail with the graded "estimated maximum model length")
+        (r"(Error|error)[:,] User-specified max_model_len \(\d+\) is greater than the derived max_model_len",),
     ),
     Signature(
         "free_memory_below_utilization",
