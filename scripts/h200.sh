@@ -15,7 +15,7 @@ if [ "$engine" = vllm ]; then
   bash /tmp/ge/install-on-host.sh /tmp/ge > /tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 1; }
   export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 else
-  bash /tmp/sg/install-only.sh /tmp/sg > /tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 1; }
+  bash scripts/sglang-install.sh /tmp/sg > /tmp/install.log 2>&1 || { tail -20 /tmp/install.log; exit 1; }
   source /tmp/site/_bundle/env.sh
 fi
 export PYTHONPATH=$PWD:$PYTHONPATH:/tmp/site2 PYTHONUNBUFFERED=1

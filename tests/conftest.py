@@ -51,7 +51,7 @@ def assert_group_gone(pgid: int) -> None:
     assert group_members(pgid) == [], f"processes of group {pgid} are still alive"
 
 
-def tiny_space(**overrides: object) -> dict:
+def tiny_space(**overrides: object) -> dict:  # noqa: D103
     """A small real llama.cpp space for integration tests (fast probes, 1 core)."""
     space = {
         "name": "tiny",
@@ -74,3 +74,37 @@ def tiny_space(**overrides: object) -> dict:
     for key, value in overrides.items():
         space[key] = value
     return space
+
+
+@pytest.fixture(scope="session")
+def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smollm2: Path):
+    """A small real tune of the embedded default's engine, made once per test session: two
+    configs that serve (different throughput and recall-verified context) and one whose KV
+    cache does not fit under the memory cap. Returns (study, run_dir, space)."""
+    from tuner import objectives
+    from tuner.artifacts import RunDir
+    from tuner.driver import Driver
+    from tuner.executors import InlineExecutor
+    from tuner.space import validate
+    from tuner.study import open_study
+
+    root = tmp_path_factory.mktemp("real-study")
+    raw = tiny_space(name="real")
+    raw["parameters"] = {
+        "ctx-size": {"type": "categorical", "choices": [2048, 4096, 65536]},
+        "parallel": {"type": "int", "low": 1, "high": 2},
+    }
+    raw["probes"]["recall"] = {"lengths": [512, 1024], "depths": [0.5]}
+    raw["objectives"] = "throughput-vs-context"
+    raw["enqueue"] = [
+        {"ctx-size": 2048, "parallel": 2},
+        {"ctx-size": 4096, "parallel": 1},
+        {"ctx-size": 65536, "parallel": 2},
+    ]
+    space = validate(raw, "real.yaml")
+    objective = objectives.load(space.objectives)
+    run_dir = RunDir(root / "real")
+    run_dir.root.mkdir()
+    study = open_study(space, objective, name="real", storage=run_dir.db_url, source="real.yaml")
+    Driver(space, study, objective, run_dir, InlineExecutor(), trials=3).run()
+    return study, run_dir, space

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from tuner.cli import _diagnose, _engines, _limits, _run, _status
+from tuner.cli import _diagnose, _engines, _export, _limits, _run, _status, _validate
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
 
 __all__ = ["app", "main"]
@@ -22,6 +22,9 @@ app.command("run")(_run.run)
 app.command("status")(_status.status)
 app.command("diagnose")(_diagnose.diagnose)
 app.command("limits")(_limits.limits)
+app.command("export")(_export.export)
+app.command("trials")(_export.trials)
+app.command("validate")(_validate.validate)
 app.add_typer(_engines.app, name="engines")
 
 

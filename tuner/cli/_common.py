@@ -5,9 +5,14 @@ from __future__ import annotations
 import logging
 import sys
 
+import optuna
 import typer
 
-__all__ = ["echo", "progress_bar", "set_verbosity"]
+from tuner.artifacts import RunDir
+from tuner.exceptions import ConfigError
+from tuner.space import SearchSpace
+
+__all__ = ["echo", "open_existing", "progress_bar", "set_verbosity", "stored_space"]
 
 
 def echo(text: str = "") -> None:
@@ -27,3 +32,24 @@ def progress_bar(fraction: float, line: str) -> None:
     end = "\n" if fraction >= 1.0 else ""
     sys.stderr.write(f"\r[{bar}] {fraction:5.1%} {line[:70]:<70}{end}")
     sys.stderr.flush()
+
+
+def open_existing(study: str, storage: str | None) -> optuna.Study:
+    """An existing study: runs/<study>/study.db, or ``storage`` (a URL, or NAME=URL)."""
+    if storage and "=" in storage.split("://")[0]:
+        study, storage = storage.split("=", 1)
+    run_dir = RunDir.for_study(study)
+    url = storage or run_dir.db_url
+    if storage is None and not (run_dir.root / "study.db").is_file():
+        raise ConfigError(f"no study {study!r} in {run_dir.root}/ (use --storage for another place)")
+    try:
+        return optuna.load_study(study_name=study, storage=url)
+    except KeyError:
+        raise ConfigError(f"study {study!r} not found in {url}") from None
+
+
+def stored_space(study: optuna.Study) -> SearchSpace:
+    raw = study.user_attrs.get("tuner.space")
+    if raw is None:
+        raise ConfigError(f"study {study.study_name!r} was not made by tuner (no stored space)")
+    return SearchSpace.model_validate(raw)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import optuna
 import typer
 
 from tuner import engines
-from tuner.artifacts import RunDir
-from tuner.cli._common import echo
+from tuner.cli._common import echo, open_existing
 from tuner.exceptions import ConfigError
 from tuner.limits import Limits, default_contexts, from_config
 from tuner.records import Capacity
@@ -89,11 +87,7 @@ def _from_log(engine: str | None, log: Path | None) -> Limits:
 def _from_trial(study: str | None, number: int | None, storage: str | None) -> Limits:
     if study is None or number is None:
         raise ConfigError("--study and --trial go together")
-    url = storage or RunDir.for_study(study).db_url
-    try:
-        the_study = optuna.load_study(study_name=study, storage=url)
-    except KeyError:
-        raise ConfigError(f"study {study!r} not found in {url}") from None
+    the_study = open_existing(study, storage)
     trials = {t.number: t for t in the_study.get_trials(deepcopy=False)}
     if number not in trials:
         raise ConfigError(f"study {study!r} has no trial {number}")

@@ -6,9 +6,7 @@ import optuna
 import pandas as pd
 import typer
 
-from tuner.artifacts import RunDir
-from tuner.cli._common import echo
-from tuner.exceptions import ConfigError
+from tuner.cli._common import echo, open_existing
 from tuner.table import trials_frame
 
 
@@ -17,15 +15,7 @@ def status(
     storage: str = typer.Option(None, "--storage", help="Optuna storage URL (default: runs/<study>/study.db)"),
 ) -> None:
     """Show every trial of a study and the best (Pareto-optimal, feasible) ones."""
-    run_dir = RunDir.for_study(study)
-    url = storage or run_dir.db_url
-    if storage is None and not (run_dir.root / "study.db").is_file():
-        raise ConfigError(f"no study {study!r} in {run_dir.root}/ (use --storage for another place)")
-    try:
-        the_study = optuna.load_study(study_name=study, storage=url)
-    except KeyError:
-        raise ConfigError(f"study {study!r} not found in {url}") from None
-    print_table(the_study)
+    print_table(open_existing(study, storage))
 
 
 def print_table(study: optuna.Study) -> None:

@@ -1,0 +1,97 @@
+"""Picking and exporting the winner of a real tune; `tune trials`; re-validation."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner import objectives
+from tuner.export import build_export
+from tuner.pick import hypervolume_2d, pick
+from tuner.table import trials_frame
+from tuner.validate import revalidate
+
+pytestmark = pytest.mark.integration
+
+
+def test_real_study_shape(real_study) -> None:
+    study, _, _ = real_study
+    states = [t.state for t in study.get_trials()]
+    assert states == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED]
+
+
+def test_study_is_plain_optuna(real_study) -> None:
+    """optuna-dashboard reads the same file: values, constraints and user attrs are Optuna's own."""
+    study, run_dir, _ = real_study
+    again = optuna.load_study(study_name="real", storage=f"sqlite:///{run_dir.root / 'study.db'}")
+    done = [t for t in again.get_trials() if t.state == TrialState.COMPLETE]
+    assert all(len(t.values) == 2 for t in done)
+    assert all(t.constraints["server starts"] == 0 for t in done)
+    assert again.metric_names == ["load.output_tok_s", "recall.effective_context"]
+    assert "tuner.space" in again.user_attrs and "metrics" in done[0].user_attrs
+
+
+def test_pick_max_context_and_throughput(real_study) -> None:
+    study, _, _ = real_study
+    by_context = pick(study, "max-context")
+    assert by_context.trial.params == {"ctx-size": 4096, "parallel": 1}
+    assert by_context.values[1] == 1024  # recall-verified, not the configured 4096
+    assert pick(study, "trial:0").number == 0
+    with pytest.raises(Exception, match="not a complete, feasible trial"):
+        pick(study, "trial:2")
+
+
+def test_export_formats_replay_the_same_flags(real_study) -> None:
+    study, run_dir, space = real_study
+    chosen = pick(study, "max-context")
+    exported = build_export(study, space, chosen, port=8080)
+    argv = shlex.split(exported.render("cmd"))
+    original = (run_dir.trial(chosen.number) / "command.txt").read_text().split()
+    flags = lambda a: [x for x in a if x.startswith("--") and x not in ("--port",)]  # noqa: E731
+    assert flags(argv) == flags([a for a in original if a != "taskset" and not a.startswith("--cpu-list")])
+    assert argv[argv.index("--port") + 1] == "8080"
+    unit = exported.render("systemd")
+    for needle in ("ExecStart=", "Restart=on-failure", "KillMode=control-group", "TimeoutStopSec=", "recall.effective_context: 1,024.0", "--ctx-size 4096"):
+        assert needle in unit
+    assert "queue is unbounded" in unit and "never re-validated" in unit
+    data = json.loads(exported.render("json"))
+    assert data["params"] == {"ctx-size": 4096, "parallel": 1} and data["trial"] == chosen.number
+
+
+def test_export_never_writes_a_secret(real_study, monkeypatch: pytest.MonkeyPatch) -> None:
+    study, _, space = real_study
+    monkeypatch.setenv("TUNER_TEST_KEY", "sk-very-secret")
+    keyed = space.model_copy(update={"server": space.server.model_copy(update={"api_key_env": "TUNER_TEST_KEY"})})
+    exported = build_export(study, keyed, pick(study, "max-context"))
+    for fmt in ("cmd", "yaml", "systemd", "json"):
+        assert "sk-very-secret" not in exported.render(fmt)
+    assert "EnvironmentFile=" in exported.render("systemd")
+
+
+def test_trials_table(real_study) -> None:
+    study, _, _ = real_study
+    frame = trials_frame(study)
+    assert list(frame["state"]) == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert frame.loc[2, "signature"] == "kv_cache_oom"
+    assert frame.loc[1, "recall.effective_context"] == 1024
+
+
+def test_hypervolume() -> None:
+    assert hypervolume_2d([(2, 1), (1, 2)], (0, 0)) == 3
+    assert hypervolume_2d([(2, 1), (1, 2), (0.5, 0.5)], (0, 0)) == 3
+    assert hypervolume_2d([(-1, 5)], (0, 0)) == 0
+
+
+def test_revalidation_is_stored_and_used_by_the_pick(real_study) -> None:
+    study, run_dir, space = real_study
+    objective = objectives.load(space.objectives)
+    results = revalidate(study, space, objective, run_dir, top=1, repeats=2)
+    assert len(results) == 1 and len(results[0].runs) == 2
+    stored = study.user_attrs[f"revalidated.{results[0].trial}"]
+    assert stored["values"] == list(results[0].mean)
+    chosen = pick(study, f"trial:{results[0].trial}")
+    assert chosen.revalidated and chosen.values == results[0].mean

@@ -1,0 +1,64 @@
+"""`tune export` (the chosen config as command / YAML / systemd unit / JSON) and `tune trials`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tuner.cli._common import echo, open_existing, stored_space
+from tuner.exceptions import ConfigError
+from tuner.export import FORMATS, build_export
+from tuner.pick import pick
+from tuner.table import trials_frame
+
+
+def export(
+    study: str = typer.Option(..., "--study", help="study name"),
+    storage: str = typer.Option(None, "--storage", help="Optuna storage URL (default: runs/<study>/study.db)"),
+    choose: str = typer.Option("knee", "--pick", help="knee | max-throughput | max-context | trial:N"),
+    min_context: float = typer.Option(None, "--min-context", help="only trials whose context objective reaches this"),
+    fmt: str = typer.Option("cmd", "--format", "-f", help="cmd | yaml | systemd | json"),
+    port: int = typer.Option(8000, "--port", help="port the exported server listens on"),
+    out: Path = typer.Option(None, "--out", "-o", help="write here instead of standard output"),
+) -> None:
+    """Export the chosen trial's serve config, rendered by the same adapter `tune run` used."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    the_study = open_existing(study, storage)
+    chosen = pick(the_study, choose, min_context=min_context)
+    result = build_export(the_study, stored_space(the_study), chosen, port=port)
+    for warning in result.warnings():
+        typer.echo(f"warning: {warning}", err=True)
+    text = result.render(fmt)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        echo(f"trial {chosen.number} exported as {fmt} to {out}")
+
+
+def trials(
+    study: str = typer.Option(..., "--study", help="study name"),
+    storage: str = typer.Option(None, "--storage", help="Optuna storage URL (default: runs/<study>/study.db)"),
+    fmt: str = typer.Option("csv", "--format", "-f", help="csv | parquet | json"),
+    out: Path = typer.Option(None, "--out", "-o", help="file to write (parquet needs one); default standard output"),
+) -> None:
+    """Every trial with params, metrics, state and failure signature."""
+    frame = trials_frame(open_existing(study, storage))
+    if fmt == "csv":
+        text = frame.to_csv(index=False)
+    elif fmt == "json":
+        text = frame.to_json(orient="records", indent=2) + "\n"
+    elif fmt == "parquet":
+        if out is None:
+            raise ConfigError("--format parquet needs --out FILE")
+        frame.to_parquet(out, index=False)
+        echo(f"{len(frame)} trials written to {out}")
+        return
+    else:
+        raise ConfigError(f"--format: {fmt!r} is not one of csv, parquet, json")
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
