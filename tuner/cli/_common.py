@@ -43,9 +43,14 @@ def open_existing(study: str, storage: str | None) -> optuna.Study:
     if storage is None and not (run_dir.root / "study.db").is_file():
         raise ConfigError(f"no study {study!r} in {run_dir.root}/ (use --storage for another place)")
     try:
-        return optuna.load_study(study_name=study, storage=url)
-    except KeyError:
-        raise ConfigError(f"study {study!r} not found in {url}") from None
+        names = optuna.get_all_study_names(storage=url)
+    except Exception as exc:  # noqa: BLE001 - any storage error is the user's URL
+        raise ConfigError(f"cannot open storage {url}: {exc}") from None
+    if study not in names and len(names) == 1:
+        study = names[0]  # LABEL=URL of a storage holding one study under another name
+    if study not in names:
+        raise ConfigError(f"study {study!r} not found in {url} (it holds: {', '.join(names) or 'nothing'})")
+    return optuna.load_study(study_name=study, storage=url)
 
 
 def stored_space(study: optuna.Study) -> SearchSpace:

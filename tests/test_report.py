@@ -1,0 +1,50 @@
+"""Fronts, PNG/HTML, and the report page rendered in headless Chromium, on a real small tune."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tuner.pareto import fronts
+from tuner.plots import front_html, front_png
+from tuner.report import build_report
+
+pytestmark = pytest.mark.integration
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_front_and_plots(real_study, tmp_path: Path) -> None:
+    study, _, _ = real_study
+    (f,) = fronts({"real": study}, "recall.effective_context", "load.output_tok_s")
+    assert [p.trial for p in f.front] == sorted(p.trial for p in f.front if p.trial in (0, 1)) or f.front
+    assert {p.signature for p in f.faint} == {"kv_cache_oom"}
+    assert f.hypervolume > 0
+    front_png([f], "recall.effective_context", "load.output_tok_s", tmp_path / "f.png")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = front_html([f], "recall.effective_context", "load.output_tok_s")
+    assert "kv_cache_oom" in page  # the faint point's signature is in its hover text
+
+
+def test_report_markdown(real_study) -> None:
+    study, _, space = real_study
+    md = build_report(study, space).markdown
+    for needle in ("## Trials by state", "| COMPLETE | 2 |", "| PRUNED | 1 |", "### kv_cache_oom: 1 trial(s)", "failed to allocate buffer for kv cache", "## Chosen config"):
+        assert needle in md
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
+def test_report_renders_in_headless_chromium(real_study, tmp_path: Path) -> None:
+    study, _, space = real_study
+    page = tmp_path / "report.html"
+    page.write_text(build_report(study, space).html)
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    ).stdout
+    assert 'class="main-svg"' in dom, "plotly did not draw the front"
+    assert "scatterlayer" in dom and "tuner report: real" in dom

@@ -1,0 +1,43 @@
+"""`tune pareto`: the fronts of one or more studies on two metrics — table, PNG, HTML, hypervolume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tuner.cli._common import echo, open_existing
+from tuner.pareto import fronts
+from tuner.plots import front_html, front_png
+
+
+def pareto(
+    studies: list[str] = typer.Option(..., "--study", help="study name, or NAME=STORAGE_URL; repeat to overlay"),
+    x: str = typer.Option(None, "--x", help="metric on x (default: the first study's second objective)"),
+    y: str = typer.Option(None, "--y", help="metric on y (default: the first study's first objective)"),
+    out: Path = typer.Option(None, "--out", help="file prefix for .png and .html (default runs/pareto-<studies>)"),
+    ref_x: float = typer.Option(0.0, "--ref-x", help="hypervolume reference point, x"),
+    ref_y: float = typer.Option(0.0, "--ref-y", help="hypervolume reference point, y"),
+) -> None:
+    """Non-dominated feasible trials of each study; pruned/infeasible ones drawn faintly."""
+    opened = {}
+    for spec in studies:
+        name = spec.split("=", 1)[0]
+        opened[name] = open_existing(name, spec if "=" in spec else None)
+    first = next(iter(opened.values()))
+    names = first.metric_names or []
+    y = y or (names[0] if names else "load.output_tok_s")
+    x = x or (names[1] if len(names) > 1 else "capacity.context_per_request")
+    result = fronts(opened, x, y, (ref_x, ref_y))
+    for f in result:
+        echo(f"\n{f.name}: {len(f.front)} on the front, hypervolume {f.hypervolume:,.1f} (reference {ref_x:g}, {ref_y:g})")
+        echo(f"  {'trial':>5}  {x:>28}  {y:>22}  params")
+        for p in f.front:
+            echo(f"  {p.trial:>5}  {p.x:>28,.1f}  {p.y:>22,.1f}  {p.params}")
+        if f.faint:
+            echo(f"  not feasible: " + ", ".join(f"#{p.trial} {p.signature or p.state}" for p in f.faint))
+    prefix = out or Path("runs") / ("pareto-" + "-".join(opened))
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    front_png(result, x, y, prefix.with_suffix(".png"))
+    front_html(result, x, y, prefix.with_suffix(".html"))
+    echo(f"\nwrote {prefix.with_suffix('.png')} and {prefix.with_suffix('.html')}")

@@ -1,0 +1,68 @@
+"""Fronts of several studies on two chosen metrics, with hypervolume against a shared reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.pick import hypervolume_2d
+
+__all__ = ["Point", "StudyFront", "fronts"]
+
+
+@dataclass(frozen=True)
+class Point:
+    trial: int
+    x: float | None
+    y: float | None
+    state: str
+    feasible: bool
+    signature: str | None
+    params: dict
+
+
+@dataclass
+class StudyFront:
+    name: str
+    points: list[Point]
+    front: list[Point] = field(default_factory=list)
+    hypervolume: float = 0.0
+
+    @property
+    def faint(self) -> list[Point]:
+        """Pruned, failed-to-start or infeasible trials: drawn faintly, with their signature."""
+        return [p for p in self.points if not p.feasible]
+
+
+def _value(trial: optuna.trial.FrozenTrial, metric: str) -> float | None:
+    return trial.user_attrs.get("metrics", {}).get(metric)
+
+
+def points(study: optuna.Study, x: str, y: str) -> list[Point]:
+    found = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or "invalid_combination" in t.user_attrs:
+            continue
+        feasible = t.state == TrialState.COMPLETE and not any(v > 0 for v in t.constraints.values())
+        signature = t.user_attrs.get("signature") or ("infeasible" if t.state == TrialState.COMPLETE and not feasible else None)
+        found.append(Point(t.number, _value(t, x), _value(t, y), t.state.name, feasible, signature, dict(t.params)))
+    return found
+
+
+def _front(pts: list[Point]) -> list[Point]:
+    usable = [p for p in pts if p.feasible and p.x is not None and p.y is not None]
+    front = [p for p in usable if not any(o.x >= p.x and o.y >= p.y and (o.x > p.x or o.y > p.y) for o in usable)]  # type: ignore[operator]
+    return sorted(front, key=lambda p: p.x)  # type: ignore[arg-type, return-value]
+
+
+def fronts(studies: dict[str, optuna.Study], x: str, y: str, reference: tuple[float, float] = (0.0, 0.0)) -> list[StudyFront]:
+    """Both metrics maximized; one reference point for every study so hypervolumes compare."""
+    result = []
+    for name, study in studies.items():
+        pts = points(study, x, y)
+        front = _front(pts)
+        hv = hypervolume_2d([(p.x, p.y) for p in front], reference)  # type: ignore[misc]
+        result.append(StudyFront(name, pts, front, hv))
+    return result

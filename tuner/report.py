@@ -1,0 +1,131 @@
+"""`tune report`: one self-contained HTML page and a markdown twin for a study — trials by state,
+time spent starting vs probing, failures grouped by signature with an evidence excerpt each,
+the front, the chosen config and its limits table."""
+
+from __future__ import annotations
+
+import html
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.exceptions import ConfigError
+from tuner.export import build_export
+from tuner.limits import default_contexts
+from tuner.pareto import fronts
+from tuner.pick import pick
+from tuner.plots import front_html
+from tuner.space import SearchSpace
+
+__all__ = ["Report", "build_report"]
+
+
+@dataclass(frozen=True)
+class Report:
+    html: str
+    markdown: str
+
+
+def _time_split(study: optuna.Study) -> dict[str, float]:
+    split = {"starting (served trials)": 0.0, "probing": 0.0, "failed starts": 0.0}
+    for t in study.get_trials(deepcopy=False):
+        timings = t.user_attrs.get("timings") or {}
+        split["starting (served trials)"] += timings.get("startup_s", 0.0)
+        split["probing"] += timings.get("probe_s", 0.0)
+        if "evidence" in t.user_attrs:
+            split["failed starts"] += t.user_attrs["evidence"].get("elapsed_s", 0.0)
+    return split
+
+
+def _failures(study: optuna.Study) -> dict[str, list[optuna.trial.FrozenTrial]]:
+    groups: dict[str, list] = defaultdict(list)
+    for t in study.get_trials(deepcopy=False):
+        if "evidence" in t.user_attrs:
+            groups[t.user_attrs.get("signature") or "unclassified"].append(t)
+    return dict(groups)
+
+
+def build_report(study: optuna.Study, space: SearchSpace) -> Report:
+    name = study.study_name
+    states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
+    metric_names = study.metric_names or []
+    y = metric_names[0] if metric_names else "load.output_tok_s"
+    x = metric_names[1] if len(metric_names) > 1 else "capacity.context_per_request"
+    the_fronts = fronts({name: study}, x, y)
+    try:
+        chosen = build_export(study, space, pick(study, "knee"))
+    except ConfigError:
+        chosen = None
+    split = _time_split(study)
+    failures = _failures(study)
+
+    md = [f"# tuner report: {name}", "", f"engine **{space.engine}**, model `{space.model.path}`", ""]
+    md += ["## Trials by state", "", "| state | trials |", "|---|---|", *[f"| {s} | {n} |" for s, n in sorted(states.items())], ""]
+    md += ["## Time", "", "| spent on | seconds |", "|---|---|", *[f"| {k} | {v:,.1f} |" for k, v in split.items()], ""]
+    md += ["## Failures by signature", ""]
+    for sig, trials in failures.items():
+        ev = trials[0].user_attrs["evidence"]
+        excerpt = "\n".join(f"{line['number']:>6}: {line['text'][:200]}" for line in ev.get("lines", [])[:4])
+        md += [f"### {sig}: {len(trials)} trial(s) ({', '.join('#' + str(t.number) for t in trials)})", "", "```", excerpt, "```", ""]
+    if not failures:
+        md += ["none", ""]
+    md += [f"## Front: {y} vs {x}", "", f"| trial | {x} | {y} | params |", "|---|---|---|---|"]
+    for f in the_fronts:
+        md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | `{p.params}` |" for p in f.front]
+        md += ["", f"hypervolume {f.hypervolume:,.1f} (reference 0, 0)", ""]
+    md += ["## Chosen config (knee of the front)", ""]
+    if chosen is None:
+        md += ["no complete, feasible trial yet", ""]
+    else:
+        md += [f"trial {chosen.candidate.number}" + (" (re-validated)" if chosen.candidate.revalidated else " (not re-validated)"), "",
+               "```", chosen.render("cmd").strip(), "```", "", "```", chosen.limits.render(default_contexts(chosen.limits)), "```", ""]
+        md += [f"- warning: {w}" for w in chosen.warnings()]
+    markdown = "\n".join(md) + "\n"
+
+    plot = front_html(the_fronts, x, y, full_html=False)
+    body = _markdown_to_html(markdown).replace("<!--FRONT-->", "")
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>tuner report: {html.escape(name)}</title>"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}pre{background:#f6f6f6;padding:8px;overflow-x:auto}</style>"
+        f"</head><body>{body}<h2>Front (interactive)</h2>{plot}</body></html>"
+    )
+    return Report(page, markdown)
+
+
+def _markdown_to_html(text: str) -> str:
+    """Just enough markdown for this report: headings, tables, code blocks, bullets, paragraphs."""
+    out, in_code, in_table = [], False, False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            out.append("</pre>" if in_code else "<pre>")
+            in_code = not in_code
+            continue
+        if in_code:
+            out.append(html.escape(line))
+            continue
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if set("".join(cells)) <= set("-"):
+                continue
+            if not in_table:
+                out.append("<table>")
+                in_table = True
+            out.append("<tr>" + "".join(f"<td>{html.escape(c).replace('`', '')}</td>" for c in cells) + "</tr>")
+            continue
+        if in_table:
+            out.append("</table>")
+            in_table = False
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
+        elif line.startswith("- "):
+            out.append(f"<p>&bull; {html.escape(line[2:])}</p>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line).replace('**', '')}</p>")
+    if in_table:
+        out.append("</table>")
+    return "\n".join(out)
