@@ -19,18 +19,19 @@ def front_png(fronts: list[StudyFront], x: str, y: str, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
     for color, f in zip(COLORS, fronts, strict=False):
-        faint = [p for p in f.faint if p.x is not None and p.y is not None]
-        ax.scatter([p.x for p in faint], [p.y for p in faint], color=color, alpha=0.2, marker="x", s=30)
+        faint = f.faint
+        ax.scatter([p.x or 0 for p in faint], [p.y or 0 for p in faint], color=color, alpha=0.25, marker="x", s=30)
         ok = [p for p in f.points if p.feasible and p.x is not None and p.y is not None]
         ax.scatter([p.x for p in ok], [p.y for p in ok], color=color, alpha=0.45, s=22)
-        ax.step([p.x for p in f.front], [p.y for p in f.front], where="post", color=color, lw=2,
+        # both maximized: the boundary of the dominated region drops at each point, then runs right
+        ax.step([p.x for p in f.front], [p.y for p in f.front], where="pre", color=color, lw=2,
                 label=f"{f.name}: front of {len(f.front)} (HV {f.hypervolume:,.0f})")
         ax.scatter([p.x for p in f.front], [p.y for p in f.front], color=color, s=50, edgecolor="black", zorder=3)
         for p in f.front:
             ax.annotate(f"#{p.trial}", (p.x, p.y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(f"{y} vs {x} (faint x: pruned or infeasible)")
+    ax.set_title(f"{y} vs {x} (faint x: pruned or infeasible; unmeasured at 0)")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
     fig.tight_layout()
@@ -46,7 +47,8 @@ def front_html(fronts: list[StudyFront], x: str, y: str, path: Path | None = Non
         faint = f.faint
         fig.add_trace(go.Scatter(
             x=[p.x if p.x is not None else 0 for p in faint], y=[p.y if p.y is not None else 0 for p in faint],
-            mode="markers", marker={"color": color, "symbol": "x", "opacity": 0.25}, name=f"{f.name}: pruned/infeasible",
+            mode="markers", marker={"color": color, "symbol": "x", "opacity": 0.25},
+            name=f"{f.name}: pruned/infeasible (unmeasured at 0)",
             text=[f"trial {p.trial} {p.state}: {p.signature}<br>{p.params}" for p in faint], hoverinfo="text",
         ))
         ok = [p for p in f.points if p.feasible]
@@ -55,7 +57,7 @@ def front_html(fronts: list[StudyFront], x: str, y: str, path: Path | None = Non
             name=f"{f.name}: feasible", text=[f"trial {p.trial}<br>{p.params}" for p in ok], hoverinfo="text+x+y",
         ))
         fig.add_trace(go.Scatter(
-            x=[p.x for p in f.front], y=[p.y for p in f.front], mode="lines+markers", line={"shape": "hv", "color": color, "width": 3},
+            x=[p.x for p in f.front], y=[p.y for p in f.front], mode="lines+markers", line={"shape": "vh", "color": color, "width": 3},
             name=f"{f.name}: front (HV {f.hypervolume:,.0f})", text=[f"trial {p.trial}<br>{p.params}" for p in f.front], hoverinfo="text+x+y",
         ))
     fig.update_layout(title=f"{y} vs {x}", xaxis_title=x, yaxis_title=y, template="plotly_white")
