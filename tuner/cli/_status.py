@@ -24,6 +24,8 @@ def print_table(study: optuna.Study) -> None:
         echo("no trials yet")
         return
     shown = frame.drop(columns=[c for c in ("probe_s", "duration_s") if c in frame], errors="ignore")
+    for column in [c for c in shown.columns if c.startswith("param.")]:
+        shown[column] = shown[column].map(lambda v: "" if v is None or v != v else str(v))  # as proposed, unrounded
     shown.columns = [c.removeprefix("param.") for c in shown.columns]
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
         echo(shown.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
