@@ -109,3 +109,11 @@ def test_rerun_resumes_and_a_changed_space_is_refused(tmp_path: Path, llama_serv
 
     with pytest.raises(ConfigError, match="was created with a different space"):
         _tune(tmp_path, raw, "resume", 2, [])
+
+
+def test_grade_of_a_failed_start() -> None:
+    from tuner.driver import grade
+
+    assert grade({"asked_max_model_len": 2000000, "estimated_max_model_len": 221888}) == pytest.approx(2000000 / 221888 - 1)
+    assert grade({"asked_context_length": 16384, "derived_context_length": 8192}) == pytest.approx(1.0)
+    assert grade({}) == 1.0

@@ -27,7 +27,7 @@ from tuner.records import TrialOutcome
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
 
-__all__ = ["Driver", "TrialReport", "record", "recover", "state_for"]
+__all__ = ["Driver", "TrialReport", "grade", "record", "recover", "state_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +106,25 @@ def record(
         trial.set_user_attr("evidence", evidence.to_dict())
         write_json(trial_dir / "evidence.json", evidence.to_dict())
     if state == TrialState.PRUNED:
-        trial.set_constraint(STARTS, 1.0)
+        trial.set_constraint(STARTS, grade(evidence.details if evidence is not None else {}))
     study.tell(trial, state=state)
     return state, summary, None
+
+
+_GRADES = (  # (asked, what would have fitted) pairs that engines report when a config cannot start
+    ("asked_max_model_len", "estimated_max_model_len"),
+    ("asked_context_length", "derived_context_length"),
+    ("kv_needed_gib", "kv_available_gib"),
+)
+
+
+def grade(details: dict[str, Any]) -> float:
+    """How far a failed start was from feasible, as a constraint violation (> 0): the ratio of
+    what was asked to what the engine says would fit, minus one; 1.0 when the engine gave no numbers."""
+    for asked, fits in _GRADES:
+        if details.get(asked) and details.get(fits):
+            return max(float(details[asked]) / float(details[fits]) - 1.0, 1e-6)
+    return 1.0
 
 
 def _describe(error: BaseException | None) -> str:
