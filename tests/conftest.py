@@ -47,6 +47,36 @@ def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return runs
 
 
+def llama_server_process(
+    log_dir: Path, model: Path, params: dict, *, cap: str | None = "1GiB", port: int | None = None, timeout: float = 30
+):
+    """A real llama-server for ``params`` (not started): the tiny space's fixed flags, 1 thread."""
+    from tuner import engines
+    from tuner.partitions import free_port
+    from tuner.server import ServerProcess
+    from tuner.space import validate
+
+    raw = tiny_space()
+    raw["server"]["memory_cap"] = cap
+    space = validate(raw, "t.yaml")
+    adapter = engines.get("llamacpp")
+    port = port or free_port("127.0.0.1", 32000, 900)
+    cmd = adapter.command(params, space=space, model_path=str(model), port=port)
+    return ServerProcess(
+        cmd, adapter=adapter, log_path=Path(log_dir) / "server.log", host="127.0.0.1", port=port,
+        model=str(model), startup_timeout=timeout, memory_cap=space.server.memory_cap,
+    )
+
+
+def handle(server):  # noqa: ANN001, ANN201 - a ServerProcess in, a ServerHandle out
+    """What a probe needs to reach a ready llama-server, with capacity from its log."""
+    from tuner import engines
+    from tuner.probes import ServerHandle
+
+    cap = engines.get("llamacpp").capacity(server.log_text(), None, None)
+    return ServerHandle(server.url, server.model, cap, "llamacpp")
+
+
 def assert_group_gone(pgid: int) -> None:
     assert group_members(pgid) == [], f"processes of group {pgid} are still alive"
 

@@ -11,35 +11,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import assert_group_gone, tiny_space
+from tests.conftest import assert_group_gone, llama_server_process
 from tuner import engines
 from tuner.engines import Command
 from tuner.exceptions import StartupFailed, StartupTimeout
 from tuner.partitions import free_port
 from tuner.server import ServerProcess
-from tuner.space import validate
 
 pytestmark = pytest.mark.integration
 adapter = engines.get("llamacpp")
 FAULT = Path(__file__).resolve().parent / "fault" / "hang_server.py"
 
 
-def _server(tmp_path: Path, model: Path, params: dict, *, cap: str | None = "1GiB", port: int | None = None, timeout: float = 30) -> ServerProcess:
-    raw = tiny_space()
-    raw["server"]["memory_cap"] = cap
-    space = validate(raw, "t.yaml")
-    port = port or free_port("127.0.0.1", 32000, 200)
-    cmd = adapter.command(params, space=space, model_path=str(model), port=port)
-    return ServerProcess(
-        cmd,
-        adapter=adapter,
-        log_path=tmp_path / "server.log",
-        host="127.0.0.1",
-        port=port,
-        model=str(model),
-        startup_timeout=timeout,
-        memory_cap=space.server.memory_cap,
-    )
+def _server(tmp_path: Path, model: Path, params: dict, **kwargs) -> ServerProcess:
+    return llama_server_process(tmp_path, model, params, **kwargs)
 
 
 def _port_free(port: int) -> bool:

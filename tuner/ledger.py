@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tuner import procfs
+
 __all__ = ["Entry", "Ledger", "descendants", "start_ticks"]
 
 logger = logging.getLogger(__name__)
@@ -21,33 +23,22 @@ logger = logging.getLogger(__name__)
 
 def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2 :].split()[19])
+    found = procfs.stat(pid)
+    return found.start_ticks if found else None
 
 
 def descendants(root: int, *, stop_below: str | None = None) -> list[int]:
     """Live pids below ``root`` in the process tree; the subtree of a process whose command
     starts with ``stop_below`` is not entered (that process itself is listed)."""
     children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for proc in procfs.processes():
+        if not proc.zombie:
+            children.setdefault(proc.ppid, []).append(proc.pid)
     found, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
-            if stop_below is None or not _cmdline(child).startswith(stop_below):
+            if stop_below is None or not procfs.cmdline(child).startswith(stop_below):
                 todo.append(child)
     return found
 
@@ -86,7 +77,7 @@ class Ledger:
         for pid in descendants(root, stop_below="ray::"):
             if pid not in known:
                 try:
-                    self.add(pid, label, _cmdline(pid))
+                    self.add(pid, label, procfs.cmdline(pid))
                 except OSError:
                     continue
                 added.append(pid)
@@ -126,10 +117,3 @@ class Ledger:
             self.remove(entry.pid)
         return stopped
 
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")[0].decode(errors="replace")[:200]
-    except OSError:
-        return ""

@@ -9,7 +9,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import optuna
-from optuna.trial import TrialState
 
 from tuner.exceptions import ConfigError
 from tuner.export import build_export

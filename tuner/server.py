@@ -24,6 +24,7 @@ from typing import IO, Self
 
 import httpx
 
+from tuner import procfs
 from tuner.engines import Command, EngineAdapter, Signature
 from tuner.engines._signatures import first_fatal
 from tuner.evidence import Evidence, LogLine
@@ -222,20 +223,7 @@ class ServerProcess:
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) pids whose process group or session is ``pgid``."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        state, pgrp, session = fields[0], int(fields[2]), int(fields[3])
-        if state != "Z" and pgid in (pgrp, session):
-            members.append(int(entry.name))
-    return members
+    return [p.pid for p in procfs.processes() if not p.zombie and pgid in (p.pgrp, p.session)]
 
 
 def terminate_group(pgid: int, *, term_timeout: float, proc: subprocess.Popen[str] | None = None) -> list[int]:
@@ -251,9 +239,14 @@ def terminate_group(pgid: int, *, term_timeout: float, proc: subprocess.Popen[st
 
 def terminate_pid(pid: int, *, term_timeout: float) -> bool:
     """TERM one process, then KILL it; True when it is gone."""
-    from tuner.ledger import start_ticks
+    first = procfs.stat(pid)
+    if first is None:
+        return True
 
-    ticks = start_ticks(pid)
+    def gone() -> bool:
+        now = procfs.stat(pid)
+        return now is None or now.start_ticks != first.start_ticks or now.zombie
+
     for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0)):
         try:
             os.kill(pid, sig)
@@ -261,19 +254,10 @@ def terminate_pid(pid: int, *, term_timeout: float) -> bool:
             return True
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if start_ticks(pid) != ticks or _is_zombie(pid):
+            if gone():
                 return True
             time.sleep(0.05)
-    return start_ticks(pid) != ticks
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"
+    return gone()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -6,13 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_space
-from tuner import engines
-from tuner.partitions import free_port
-from tuner.probes import LoadProbe, ServerHandle
+from tests.conftest import handle, llama_server_process, tiny_space
+from tuner.probes import LoadProbe
 from tuner.probes._stats import percentiles
 from tuner.probes.load import RequestRecord, summarize
-from tuner.server import ServerProcess
 from tuner.space import LoadProbeSpec, validate
 
 
@@ -46,15 +43,10 @@ def test_metric_names_cover_levels_and_target() -> None:
 
 @pytest.mark.integration
 def test_load_probe_on_real_llama_server(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
-    space = validate(tiny_space(), "t.yaml")
-    adapter = engines.get("llamacpp")
-    port = free_port("127.0.0.1", 32400, 100)
-    cmd = adapter.command({"ctx-size": 2048, "parallel": 2}, space=space, model_path=str(smollm2), port=port)
-    with ServerProcess(cmd, adapter=adapter, log_path=tmp_path / "s.log", host="127.0.0.1", port=port, model=str(smollm2), startup_timeout=30) as server:
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
-        cap = adapter.capacity(server.log_text(), None, None)
         spec = LoadProbeSpec(concurrency=[1, 2], prompt_tokens=48, output_tokens=12, requests=4, warmup=1)
-        result = LoadProbe(spec).run(ServerHandle(server.url, str(smollm2), cap, "llamacpp"))
+        result = LoadProbe(spec).run(handle(server))
     m = result.metrics
     assert m["errors@1"] == 0 and m["errors@2"] == 0
     assert m["output_tok_s@2"] > 0 and m["output_tok_s"] == m["output_tok_s@2"]
@@ -71,13 +63,9 @@ def test_load_probe_on_real_llama_server(tmp_path: Path, llama_server: Path, smo
 def test_capacity_from_log_props_and_slots_agree(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     from tuner.probes.capacity import read_capacity
 
-    space = validate(tiny_space(), "t.yaml")
-    adapter = engines.get("llamacpp")
-    port = free_port("127.0.0.1", 32450, 50)
-    cmd = adapter.command({"ctx-size": 4096, "parallel": 2}, space=space, model_path=str(smollm2), port=port)
-    with ServerProcess(cmd, adapter=adapter, log_path=tmp_path / "s.log", host="127.0.0.1", port=port, model=str(smollm2), startup_timeout=30) as server:
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 4096, "parallel": 2}) as server:
         server.wait_ready()
-        cap = read_capacity(adapter, server.log_text(), server.url)
+        cap = read_capacity(server.adapter, server.log_text(), server.url)
     assert set(cap.sources) == {"log", "/props", "/slots"}
     assert (cap.max_running_requests, cap.context_per_request, cap.kv_tokens) == (2, 2048, 4096)
     assert cap.disagreements == ()

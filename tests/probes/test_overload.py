@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_space
+from tests.conftest import handle, llama_server_process
 from tests.fault.sse_server import serve
-from tuner import engines
 from tuner.partitions import free_port
 from tuner.probes import LoadProbe, OverloadProbe, ServerHandle
 from tuner.records import Capacity
-from tuner.server import ServerProcess
-from tuner.space import LoadProbeSpec, OverloadProbeSpec, validate
+from tuner.space import LoadProbeSpec, OverloadProbeSpec
 
 
 @pytest.fixture()
@@ -53,14 +51,9 @@ def test_a_500_mid_stream_is_an_error_not_a_latency(fault_server: str) -> None:
 
 @pytest.mark.integration
 def test_llama_server_queues_a_burst_without_bound(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
-    space = validate(tiny_space(), "t.yaml")
-    adapter = engines.get("llamacpp")
-    port = free_port("127.0.0.1", 32600, 100)
-    cmd = adapter.command({"ctx-size": 2048, "parallel": 2}, space=space, model_path=str(smollm2), port=port)
-    with ServerProcess(cmd, adapter=adapter, log_path=tmp_path / "s.log", host="127.0.0.1", port=port, model=str(smollm2), startup_timeout=30) as server:
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
-        cap = adapter.capacity(server.log_text(), None, None)
-        result = OverloadProbe(OverloadProbeSpec(prompt_tokens=16, output_tokens=16)).run(ServerHandle(server.url, str(smollm2), cap, "llamacpp"))
+        result = OverloadProbe(OverloadProbeSpec(prompt_tokens=16, output_tokens=16)).run(handle(server))
     m = result.metrics
     assert m["burst"] == 4 and m["completed"] == 4 and m["rejected"] == 0
     assert m["unbounded_queue"] == 1 and "unbounded" in result.details["warning"]

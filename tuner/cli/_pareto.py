@@ -35,7 +35,7 @@ def pareto(
         for p in f.front:
             echo(f"  {p.trial:>5}  {p.x:>28,.1f}  {p.y:>22,.1f}  {p.params}")
         if f.faint:
-            echo(f"  not feasible: " + ", ".join(f"#{p.trial} {p.signature or p.state}" for p in f.faint))
+            echo("  not feasible: " + ", ".join(f"#{p.trial} {p.signature or p.state}" for p in f.faint))
     prefix = out or Path("runs") / ("pareto-" + "-".join(opened))
     prefix.parent.mkdir(parents=True, exist_ok=True)
     front_png(result, x, y, prefix.with_suffix(".png"))
