@@ -117,3 +117,23 @@ def test_grade_of_a_failed_start() -> None:
     assert grade({"asked_max_model_len": 2000000, "estimated_max_model_len": 221888}) == pytest.approx(2000000 / 221888 - 1)
     assert grade({"asked_context_length": 16384, "derived_context_length": 8192}) == pytest.approx(1.0)
     assert grade({}) == 1.0
+
+
+@pytest.mark.integration
+def test_screen_skips_a_config_that_already_failed_for_real(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    from tuner.screen import screen_for
+
+    raw = tiny_space()
+    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [2048, 65536]}, "parallel": {"type": "int", "low": 1, "high": 2}}
+    space = validate(raw, "tiny.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="screen", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
+    for params in ({"ctx-size": 65536, "parallel": 1}, {"ctx-size": 65536, "parallel": 2}, {"ctx-size": 2048, "parallel": 1}):
+        study.enqueue_trial(params)
+    run_dir = RunDir(tmp_path / "screen")
+    Driver(space, study, objective, run_dir, InlineExecutor(), trials=2, screen=screen_for("llamacpp")).run()
+    real_oom, skipped, served = study.get_trials()[:3]
+    assert real_oom.user_attrs["signature"] == "kv_cache_oom" and not real_oom.user_attrs.get("screened")
+    assert skipped.state == TrialState.PRUNED and skipped.user_attrs["screened"] == "kv_cache_oom"
+    assert skipped.user_attrs["evidence"]["elapsed_s"] == 0.0 and not (run_dir.trial(skipped.number) / "server.log").exists()
+    assert served.state == TrialState.COMPLETE

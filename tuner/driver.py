@@ -18,12 +18,13 @@ from optuna.trial import TrialState
 from tuner.artifacts import RunDir, write_json
 from tuner.devices import GpuHygiene
 from tuner.evidence import Evidence
-from tuner.exceptions import ConfigInfeasible, InfrastructureError, TrialTimeout, TunerError
+from tuner.exceptions import ConfigInfeasible, InfrastructureError, ScreenedOut, TrialTimeout, TunerError
 from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.partitions import Partition, PartitionPool, trial_size
 from tuner.objectives import Evaluation, ObjectiveSet
 from tuner.records import TrialOutcome
+from tuner.screen import Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
 
@@ -32,6 +33,7 @@ __all__ = ["Driver", "TrialReport", "grade", "record", "recover", "state_for"]
 logger = logging.getLogger(__name__)
 
 STARTS = "server starts"
+NOT_LAUNCHED = {"invalid_combination", "screened"}
 MAX_INVALID_IN_A_ROW = 200
 
 
@@ -172,6 +174,7 @@ class Driver:
         on_trial: Callable[[TrialReport], None] | None = None,
         ledger: Ledger | None = None,
         hygiene: GpuHygiene | None = None,
+        screen: Screen | None = None,
     ) -> None:
         self.space = space
         self.study = study
@@ -186,6 +189,7 @@ class Driver:
         self.pool = PartitionPool(hw.kind, hw.devices)
         self.ledger = ledger or Ledger(run_dir.root / "servers")
         self.hygiene = hygiene
+        self.screen = screen
         self._began = 0.0
         self._durations: list[float] = []
         self._stop_requested = ""
@@ -197,11 +201,12 @@ class Driver:
         self._stop_requested = reason
 
     def finished(self) -> int:
-        """Trials that count toward the budget: launched and finished (not invalid combinations)."""
+        """Trials that count toward the budget: launched and finished (not invalid combinations,
+        not configs the pre-screen skipped)."""
         return sum(
             1
             for t in self.study.get_trials(deepcopy=False)
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "invalid_combination" not in t.user_attrs
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not NOT_LAUNCHED & t.user_attrs.keys()
         )
 
     def recover(self) -> list[str]:
@@ -278,7 +283,7 @@ class Driver:
         params = suggest(trial, self.space)
         broken = violated_constraints(self.space, params)
         if not broken:
-            return trial, params
+            return (None, params) if self._screened(trial, params) else (trial, params)
         reason = "; ".join(c.text for c in broken)
         trial.set_user_attr("invalid_combination", reason)
         for c in broken:
@@ -286,6 +291,23 @@ class Driver:
         self.study.tell(trial, state=TrialState.PRUNED)
         logger.info("trial %d not launched: breaks %s", trial.number, reason)
         return None, params
+
+    def _screened(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
+        """Skip a launch the study's own history says cannot start; record why (PRUNED)."""
+        if self.screen is None:
+            return False
+        self.screen.fit(self.study.get_trials(deepcopy=False))
+        prediction = self.screen.predict(params, dict(self.space.server.flags))
+        if prediction is None:
+            return False
+        evidence = Evidence(
+            argv=(), elapsed_s=0.0, signature=f"screened:{prediction.signature}", summary=prediction.reason,
+            details={"predicted": prediction.signature, **prediction.numbers},
+        )
+        trial.set_user_attr("screened", prediction.signature)
+        record(self.study, trial, self.run_dir, self.objective, error=ScreenedOut(prediction.reason, evidence=evidence))
+        logger.info("trial %d not launched: predicted %s (%s)", trial.number, prediction.signature, prediction.reason)
+        return True
 
     def _enforce_trial_timeout(self) -> None:
         if self.trial_timeout is None:

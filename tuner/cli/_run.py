@@ -17,6 +17,7 @@ from tuner.driver import Driver, TrialReport, recover
 from tuner.exceptions import ConfigError
 from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
+from tuner.screen import screen_for
 from tuner.study import open_study
 from tuner.units import format_duration, parse_duration
 
@@ -31,6 +32,7 @@ def run(
     force: bool = typer.Option(False, "--force", help="continue a study even though its space changed"),
     executor: str = typer.Option("ray", "--executor", help="ray (partitions in parallel) | inline (one at a time, in this process)"),
     ray_address: str = typer.Option(None, "--ray-address", help="an existing Ray cluster (default: a local one, started and stopped here)"),
+    no_screen: bool = typer.Option(False, "--no-screen", help="launch every proposal, even those predicted to fail"),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug logs"),
 ) -> None:
     """Tune a space: launch real servers, probe them, keep the evidence under runs/<study>/."""
@@ -55,6 +57,7 @@ def run(
     driver = Driver(
         the_space, the_study, objective, run_dir, runner, ledger=ledger,
         hygiene=GpuHygiene(the_space.hardware.devices) if the_space.hardware.kind == "gpu" else None,
+        screen=None if no_screen or not the_space.sampler.screen else screen_for(the_space.engine),
         trials=budget, timeout=limit, trial_timeout=the_space.budget.trial_timeout, on_trial=_report,
     )
     echo(f"  {the_space.hardware.kind} devices {the_space.hardware.devices}, {runner.max_parallel} trial(s) at a time ({executor})")

@@ -260,6 +260,7 @@ class SamplerSpec(_Strict):
     name: Literal["tpe", "nsga2", "random", "gp"] = "tpe"
     seed: int | None = 0
     startup_trials: int = Field(4, ge=0)
+    screen: bool = True
 
 
 class SearchSpace(_Strict):
