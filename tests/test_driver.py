@@ -137,3 +137,18 @@ def test_screen_skips_a_config_that_already_failed_for_real(tmp_path: Path, llam
     assert skipped.state == TrialState.PRUNED and skipped.user_attrs["screened"] == "kv_cache_oom"
     assert skipped.user_attrs["evidence"]["elapsed_s"] == 0.0 and not (run_dir.trial(skipped.number) / "server.log").exists()
     assert served.state == TrialState.COMPLETE
+
+
+@pytest.mark.integration
+def test_a_repeated_proposal_is_not_launched_again(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    raw = tiny_space()
+    raw["parameters"]["ctx-size"]["choices"] = [2048, 4096]
+    space = validate(raw, "tiny.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="dup", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
+    for ctx in (2048, 2048, 4096):
+        study.enqueue_trial({"ctx-size": ctx})
+    summary = Driver(space, study, objective, RunDir(tmp_path / "dup"), InlineExecutor(), trials=2).run()
+    first, second, third = study.get_trials()[:3]
+    assert summary.launched == 2 and third.params == {"ctx-size": 4096}
+    assert second.user_attrs["duplicate_of"] == first.number and second.values == first.values

@@ -33,7 +33,7 @@ __all__ = ["Driver", "TrialReport", "grade", "record", "recover", "state_for"]
 logger = logging.getLogger(__name__)
 
 STARTS = "server starts"
-NOT_LAUNCHED = {"invalid_combination", "screened"}
+NOT_LAUNCHED = {"invalid_combination", "screened", "duplicate_of"}
 MAX_INVALID_IN_A_ROW = 200
 
 
@@ -175,6 +175,7 @@ class Driver:
         ledger: Ledger | None = None,
         hygiene: GpuHygiene | None = None,
         screen: Screen | None = None,
+        write_csv: bool = True,
     ) -> None:
         self.space = space
         self.study = study
@@ -190,6 +191,7 @@ class Driver:
         self.ledger = ledger or Ledger(run_dir.root / "servers")
         self.hygiene = hygiene
         self.screen = screen
+        self.write_csv = write_csv
         self._began = 0.0
         self._durations: list[float] = []
         self._stop_requested = ""
@@ -252,7 +254,8 @@ class Driver:
                 pending[0].set_user_attr("error", "asked but never launched: the run stopped")
                 self.study.tell(pending[0], state=TrialState.FAIL)
             summary.wall_s = time.monotonic() - self._began
-            write_trials_csv(self.study, self.run_dir.trials_csv)
+            if self.write_csv:
+                write_trials_csv(self.study, self.run_dir.trials_csv)
         return summary
 
     def _launch(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
@@ -283,7 +286,9 @@ class Driver:
         params = suggest(trial, self.space)
         broken = violated_constraints(self.space, params)
         if not broken:
-            return (None, params) if self._screened(trial, params) else (trial, params)
+            if self._repeat(trial, params) or self._screened(trial, params):
+                return None, params
+            return trial, params
         reason = "; ".join(c.text for c in broken)
         trial.set_user_attr("invalid_combination", reason)
         for c in broken:
@@ -291,6 +296,26 @@ class Driver:
         self.study.tell(trial, state=TrialState.PRUNED)
         logger.info("trial %d not launched: breaks %s", trial.number, reason)
         return None, params
+
+    def _repeat(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
+        """A config this study already launched is not launched again: its result is copied."""
+        for done in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if done.params == params and not NOT_LAUNCHED & done.user_attrs.keys():
+                break
+        else:
+            return False
+        trial.set_user_attr("duplicate_of", done.number)
+        for key in ("metrics", "capacity", "signature", "evidence"):
+            if key in done.user_attrs:
+                trial.set_user_attr(key, done.user_attrs[key])
+        for name, value in done.constraints.items():
+            trial.set_constraint(name, value)
+        if done.state == TrialState.COMPLETE:
+            self.study.tell(trial, list(done.values))
+        else:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        logger.info("trial %d not launched: same config as trial %d", trial.number, done.number)
+        return True
 
     def _screened(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
         """Skip a launch the study's own history says cannot start; record why (PRUNED)."""
@@ -387,7 +412,8 @@ class Driver:
                 eta_s=mean * remaining / max(1, self.executor.max_parallel),
             )
         )
-        write_trials_csv(self.study, self.run_dir.trials_csv)
+        if self.write_csv:
+            write_trials_csv(self.study, self.run_dir.trials_csv)
 
 
 @dataclass

@@ -45,7 +45,10 @@ class Screen:
     """Base: predicts nothing (every config is launched)."""
 
     def fit(self, trials: Sequence[FrozenTrial]) -> None:
-        self.trials = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "screened" not in t.user_attrs]
+        self.trials = [
+            t for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not {"screened", "duplicate_of", "invalid_combination"} & t.user_attrs.keys()
+        ]
 
     def predict(self, params: dict[str, Any], flags: dict[str, Any]) -> Prediction | None:
         return None
