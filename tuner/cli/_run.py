@@ -17,6 +17,7 @@ from tuner.driver import Driver, TrialReport, recover
 from tuner.exceptions import ConfigError
 from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
+from tuner.partitions import make_partitions
 from tuner.screen import screen_for
 from tuner.study import open_study
 from tuner.units import format_duration, parse_duration
@@ -60,7 +61,13 @@ def run(
         screen=None if no_screen or not the_space.sampler.screen else screen_for(the_space.engine),
         trials=budget, timeout=limit, trial_timeout=the_space.budget.trial_timeout, on_trial=_report,
     )
-    echo(f"  {the_space.hardware.kind} devices {the_space.hardware.devices}, {runner.max_parallel} trial(s) at a time ({executor})")
+    hw = the_space.hardware
+    echo(f"  {hw.kind} devices {hw.devices}, {runner.max_parallel} trial(s) at a time ({executor})")
+    if isinstance(hw.per_trial, int):
+        for partition in make_partitions(hw.kind, hw.devices, hw.per_trial)[: runner.max_parallel]:
+            echo(f"  {partition.describe()}")
+    else:
+        echo(f"  trial size from parameter {hw.per_trial!r}: partitions packed first-fit per trial")
     if already := driver.finished():
         echo(f"resuming: {already} trials already finished")
     previous = {sig: signal.signal(sig, lambda s, f: driver.request_stop(f"stopped by {signal.Signals(s).name}")) for sig in _SIGNALS} if executor == "ray" else {}
