@@ -289,16 +289,18 @@ def main() -> None:
     parser.add_argument("--measure", action="store_true", help="re-measure the CPU table on the real llama-server")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--tables", default="cpu,gpu", help="which tables: cpu (measured), gpu (simulation)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     import warnings
 
     warnings.filterwarnings("ignore")
+    chosen = args.tables.split(",")
     path = TABLES / "cpu-llamacpp-grid.json"
-    if args.measure or not path.is_file():
+    if "cpu" in chosen and (args.measure or not path.is_file()):
         measure_cpu_table(path)
-    lines = [f"command: python benchmarks/search_efficiency.py --seeds {args.seeds}", ""]
-    for table in (cpu_table(), gpu_table()):
+    lines = [f"command: python benchmarks/search_efficiency.py --seeds {args.seeds} --tables {args.tables}", ""]
+    for table in [make() for name, make in (("cpu", cpu_table), ("gpu", gpu_table)) if name in chosen]:
         lines += run(table, args.seeds)
     text = "\n".join(lines)
     print(text)

@@ -228,7 +228,10 @@ class Driver:
                         if trial is None:
                             invalid_in_a_row += 1
                             if invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
-                                stop = f"{MAX_INVALID_IN_A_ROW} proposals in a row broke the space's constraints"
+                                stop = (
+                                    f"{MAX_INVALID_IN_A_ROW} proposals in a row were not launched (constraint breaks, "
+                                    "repeats, predicted failures): the space looks exhausted"
+                                )
                             continue
                         invalid_in_a_row, pending = 0, (trial, params)
                     if not self._launch(*pending):
