@@ -186,6 +186,8 @@ def _space(table: Table):  # noqa: ANN202
     raw["model"] = {"path": "builtin:smollm2-135m-instruct" if table.engine == "llamacpp" else "org/model"}
     raw["parameters"] = {k: {"type": "categorical", "choices": v} for k, v in table.grid.items()}
     raw["server"] = {"flags": {}}
+    if "cache-type-k" in table.grid:
+        raw["tied"] = {"cache-type-v": "cache-type-k"}  # the table was measured with V = K
     raw["probes"] = {"load": {"concurrency": [4]}, "recall": None}
     return validate(raw, "replay.yaml")
 

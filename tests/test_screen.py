@@ -27,17 +27,34 @@ def test_llamacpp_needs_at_least_a_failure_fails() -> None:
         _trial({"ctx-size": 65536, "cache-type-k": "f16", "cache-type-v": "f16"}, started=False),
         _trial({"ctx-size": 8192, "cache-type-k": "f16", "cache-type-v": "f16"}, started=True),
     ])
-    same = screen.predict({"ctx-size": 65536, "cache-type-k": "f16", "cache-type-v": "f16"}, {})
+    same = screen.predict({"ctx-size": 65536, "cache-type-k": "f16", "cache-type-v": "f16"})
     assert same is not None and same.signature == "kv_cache_oom" and same.numbers["kv_bytes"] >= same.numbers["smallest_failed_kv_bytes"]
     # a quantized cache needs less: between a success and the failure -> launch, never a guess
-    assert screen.predict({"ctx-size": 65536, "cache-type-k": "q4_0", "cache-type-v": "q4_0"}, {}) is None
-    assert screen.predict({"ctx-size": 16384, "cache-type-k": "f16", "cache-type-v": "f16"}, {}) is None
+    assert screen.predict({"ctx-size": 65536, "cache-type-k": "q4_0", "cache-type-v": "q4_0"}) is None
+    assert screen.predict({"ctx-size": 16384, "cache-type-k": "f16", "cache-type-v": "f16"}) is None
+
+
+def test_llamacpp_tied_v_type_is_seen(tmp_path) -> None:
+    """With V tied to K, a q4_0 config needs q4_0 for both: never mistaken for f16 V."""
+    from tests.conftest import tiny_space
+    from tuner.space import validate
+
+    raw = tiny_space()
+    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [8192, 65536]}, "cache-type-k": {"type": "categorical", "choices": ["f16", "q4_0"]}}
+    raw["tied"] = {"cache-type-v": "cache-type-k"}
+    space = validate(raw, "t.yaml")
+    screen = LlamaCppScreen()
+    failed = create_trial(params={"ctx-size": 65536, "cache-type-k": "f16"}, distributions={k: D[k] for k in ("ctx-size", "cache-type-k")},
+                          state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"})
+    screen.fit([failed], space.values)
+    assert screen.predict(space.values({"ctx-size": 65536, "cache-type-k": "q4_0"})) is None
+    assert screen.predict(space.values({"ctx-size": 65536, "cache-type-k": "f16"})).signature == "kv_cache_oom"
 
 
 def test_llamacpp_no_history_no_prediction() -> None:
     screen = LlamaCppScreen()
     screen.fit([])
-    assert screen.predict({"ctx-size": 10**7}, {}) is None
+    assert screen.predict({"ctx-size": 10**7}) is None
 
 
 def _real(name: str, tmp_path: Path) -> optuna.Study:
@@ -51,10 +68,10 @@ def test_vllm_pool_line_from_real_runs_predicts_the_real_no_kv_failure(tmp_path:
     screen = screen_for("vllm")
     # what was known before trial 1 in a different order: the two successes (util 0.9 and 0.3)
     screen.fit([trials[0], trials[3]])
-    prediction = screen.predict({"gpu-memory-utilization": 0.10, "max-model-len": 8192, "max-num-seqs": 128}, {})
+    prediction = screen.predict({"gpu-memory-utilization": 0.10, "max-model-len": 8192, "max-num-seqs": 128})
     assert prediction is not None and prediction.signature == "no_kv_cache_memory"  # the real trial 1 failed so
-    assert screen.predict({"gpu-memory-utilization": 0.6, "max-model-len": 8192}, {}) is None
-    too_long = screen.predict({"gpu-memory-utilization": 0.3, "max-model-len": 2000000}, {})
+    assert screen.predict({"gpu-memory-utilization": 0.6, "max-model-len": 8192}) is None
+    too_long = screen.predict({"gpu-memory-utilization": 0.3, "max-model-len": 2000000})
     assert too_long is not None and too_long.signature == "max_model_len_exceeds_kv"  # the real trial 2 failed so
 
 
@@ -63,6 +80,6 @@ def test_sglang_would_have_skipped_the_second_real_context_failure(tmp_path: Pat
     trials = study.get_trials()
     screen = screen_for("sglang")
     screen.fit(trials[:3])  # what the study knew when it launched trial 3
-    prediction = screen.predict(trials[3].params, {})
+    prediction = screen.predict(trials[3].params)
     assert prediction is not None and prediction.signature == "context_above_derived"
-    assert screen.predict(trials[0].params, {}) is None
+    assert screen.predict(trials[0].params) is None

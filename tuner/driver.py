@@ -295,7 +295,7 @@ class Driver:
         reason = "; ".join(c.text for c in broken)
         trial.set_user_attr("invalid_combination", reason)
         for c in broken:
-            trial.set_constraint(c.text, c.violation({**self.space.server.flags, **params}) or 1.0)
+            trial.set_constraint(c.text, c.violation(self.space.values(params)) or 1.0)
         self.study.tell(trial, state=TrialState.PRUNED)
         logger.info("trial %d not launched: breaks %s", trial.number, reason)
         return None, params
@@ -303,7 +303,7 @@ class Driver:
     def _repeat(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
         """A config this study already launched is not launched again: its result is copied."""
         for done in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            if done.params == params and not NOT_LAUNCHED & done.user_attrs.keys():
+            if done.params == trial.params and not NOT_LAUNCHED & done.user_attrs.keys():
                 break
         else:
             return False
@@ -324,8 +324,8 @@ class Driver:
         """Skip a launch the study's own history says cannot start; record why (PRUNED)."""
         if self.screen is None:
             return False
-        self.screen.fit(self.study.get_trials(deepcopy=False))
-        prediction = self.screen.predict(params, dict(self.space.server.flags))
+        self.screen.fit(self.study.get_trials(deepcopy=False), self.space.values)
+        prediction = self.screen.predict(self.space.values(params))
         if prediction is None:
             return False
         evidence = Evidence(

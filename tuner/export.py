@@ -69,7 +69,7 @@ class Export:
         return " ".join([*env, *map(shlex.quote, self.command.argv)]) + "\n"
 
     def _yaml(self) -> str:
-        flags = {**self.space.server.flags, **self.params}
+        flags = self.space.values(self.params)
         doc: dict[str, Any] = {
             "engine": self.space.engine,
             "model": self.space.model.path,
@@ -153,7 +153,7 @@ def build_export(study: optuna.Study, space: SearchSpace, candidate: Candidate, 
     secret_env = tuple(k for k in command.env if k in secret_names or _engine_secret(k))
     capacity_data = candidate.trial.user_attrs.get("capacity")
     capacity = Capacity.from_dict(capacity_data) if capacity_data else None
-    limits = from_config(adapter.configured_limits({**space.server.flags, **candidate.trial.params}), capacity)
+    limits = from_config(adapter.configured_limits(space.values(candidate.trial.params)), capacity)
     return Export(
         study=study.study_name,
         candidate=candidate,

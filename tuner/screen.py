@@ -19,7 +19,7 @@ A skipped config becomes a PRUNED trial whose evidence is the prediction (never 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,15 +42,21 @@ class Prediction:
 
 
 class Screen:
-    """Base: predicts nothing (every config is launched)."""
+    """Base: predicts nothing (every config is launched).
 
-    def fit(self, trials: Sequence[FrozenTrial]) -> None:
+    ``predict`` takes everything a launch would set (fixed flags, params, tied flags); ``fit``
+    takes the study's trials and ``expand``, which completes a trial's params the same way."""
+
+    expand: Callable[[dict[str, Any]], dict[str, Any]] = staticmethod(dict)  # type: ignore[assignment]
+
+    def fit(self, trials: Sequence[FrozenTrial], expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> None:
+        self.expand = expand
         self.trials = [
             t for t in trials
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not {"screened", "duplicate_of", "invalid_combination"} & t.user_attrs.keys()
         ]
 
-    def predict(self, params: dict[str, Any], flags: dict[str, Any]) -> Prediction | None:
+    def predict(self, values: dict[str, Any]) -> Prediction | None:
         return None
 
 
@@ -72,12 +78,12 @@ class LlamaCppScreen(Screen):
         v = LLAMACPP_KV_BYTES.get(str(values.get("cache-type-v", "f16")))
         return None if ctx is None or k is None or v is None else float(ctx) * (k + v)
 
-    def predict(self, params: dict[str, Any], flags: dict[str, Any]) -> Prediction | None:
-        need = self.need({**flags, **params})
+    def predict(self, values: dict[str, Any]) -> Prediction | None:
+        need = self.need(values)
         if need is None:
             return None
-        failed = [n for t in self.trials if _signature(t) in self.MEMORY_FAILURES and (n := self.need({**flags, **t.params})) is not None]
-        started = [n for t in self.trials if _started(t) and (n := self.need({**flags, **t.params})) is not None]
+        failed = [n for t in self.trials if _signature(t) in self.MEMORY_FAILURES and (n := self.need(self.expand(t.params))) is not None]
+        started = [n for t in self.trials if _started(t) and (n := self.need(self.expand(t.params))) is not None]
         if failed and need >= min(failed) and not any(s >= need for s in started):
             return Prediction(
                 "kv_cache_oom",
@@ -117,8 +123,7 @@ class PoolScreen(Screen):
                 return float(details[self.derived_key])
         return None
 
-    def predict(self, params: dict[str, Any], flags: dict[str, Any]) -> Prediction | None:
-        values = {**flags, **params}
+    def predict(self, values: dict[str, Any]) -> Prediction | None:
         length = values.get(self.length)
         derived = self._derived_length()
         if self.too_long_signature and length is not None and derived is not None and float(length) > derived:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from tuner import engines
-from tuner.cli._common import echo, open_existing
+from tuner.cli._common import echo, open_existing, stored_space
 from tuner.exceptions import ConfigError
 from tuner.limits import Limits, default_contexts, from_config
 from tuner.records import Capacity
@@ -92,8 +92,7 @@ def _from_trial(study: str | None, number: int | None, storage: str | None) -> L
     if number not in trials:
         raise ConfigError(f"study {study!r} has no trial {number}")
     t = trials[number]
-    space = the_study.user_attrs.get("tuner.space") or {}
-    flags = {**space.get("server", {}).get("flags", {}), **t.params}
-    configured = engines.get(space.get("engine", "llamacpp")).configured_limits(flags)
+    space = stored_space(the_study)
+    configured = engines.get(space.engine).configured_limits(space.values(t.params))
     capacity = Capacity.from_dict(t.user_attrs["capacity"]) if "capacity" in t.user_attrs else None
     return from_config(configured, capacity)

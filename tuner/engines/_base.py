@@ -122,7 +122,7 @@ class EngineAdapter(ABC):
         partition: Partition | None = None,
         secrets: Sequence[str] = (),
     ) -> Command:
-        flags = {**space.server.flags, **params}
+        flags = space.values(params)
         argv = [
             *self.executable(),
             *self.model_args(model_path),

@@ -273,6 +273,7 @@ class SearchSpace(_Strict):
     server: ServerSpec = Field(default_factory=ServerSpec)
     parameters: dict[str, Parameter] = Field(min_length=1)
     constraints: list[str] = Field(default_factory=list)
+    tied: dict[str, str] = Field(default_factory=dict, description="flag -> parameter whose value it always takes")
     enqueue: list[dict[str, Scalar]] = Field(default_factory=list)
     probes: ProbesSpec = Field(default_factory=ProbesSpec)
     objectives: str = "throughput-vs-context"
@@ -288,8 +289,17 @@ class SearchSpace(_Strict):
                 raise ValueError(f"parameter name {name!r} must be letters, digits, '-' or '_'")
         return params
 
+    def values(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Everything a launch of ``params`` sets: fixed flags, the params, and tied flags."""
+        return {**self.server.flags, **params, **{flag: params[src] for flag, src in self.tied.items() if src in params}}
+
     @model_validator(mode="after")
     def _cross(self) -> SearchSpace:
+        for flag, source in self.tied.items():
+            if source not in self.parameters:
+                raise ValueError(f"tied flag {flag!r} follows {source!r}, which is not a parameter")
+            if flag in self.parameters or flag in self.server.flags:
+                raise ValueError(f"tied flag {flag!r} is also a parameter or a fixed flag")
         clash = sorted(set(self.parameters) & set(self.server.flags))
         if clash:
             raise ValueError(f"{clash[0]!r} is both a parameter and a fixed flag")

@@ -13,7 +13,7 @@ __all__ = ["suggest", "violated_constraints"]
 
 
 def suggest(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[str, Any]:
-    """Ask the trial for one value of every parameter, in the space's order."""
+    """Ask the trial for one value of every parameter, in the space's order; tied flags follow."""
     params: dict[str, Any] = {}
     for name, p in space.parameters.items():
         if isinstance(p, IntParam):
@@ -22,11 +22,11 @@ def suggest(trial: optuna.trial.BaseTrial, space: SearchSpace) -> dict[str, Any]
             params[name] = trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
         elif isinstance(p, CategoricalParam):
             params[name] = trial.suggest_categorical(name, p.choices)
-    return params
+    return {**params, **{flag: params[source] for flag, source in space.tied.items()}}
 
 
 def violated_constraints(space: SearchSpace, params: dict[str, Any]) -> list[Constraint]:
     """Constraints of the space that ``params`` (with the fixed flags) break."""
-    values = {**space.server.flags, **params}
+    values = space.values(params)
     constraints = [parse_constraint(text) for text in space.constraints]
     return [c for c in constraints if not c.holds(values)]
