@@ -27,3 +27,21 @@ def test_quarantined_partition_is_not_handed_out() -> None:
     pool.quarantine(a)
     b = pool.acquire(2)
     assert b.devices == (2, 3) and pool.acquire(2) is None and pool.fits_ever(2) and not pool.fits_ever(4)
+
+
+def test_mixed_trial_sizes_pack_first_fit() -> None:
+    pool = PartitionPool("gpu", list(range(8)))
+    a = pool.acquire(4)
+    assert a.devices == (0, 1, 2, 3) and a.env() == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert pool.acquire(8) is None  # a tp=8 trial waits until the whole box is free
+    b = pool.acquire(4)
+    assert b.devices == (4, 5, 6, 7) and b.port_base != a.port_base
+    pool.release(a)
+    pool.release(b)
+    assert pool.acquire(8).devices == tuple(range(8))
+
+
+def test_cpu_partition_pins_its_cores() -> None:
+    pool = PartitionPool("cpu", [0, 1])
+    p = pool.acquire(1)
+    assert p.wrap(["llama-server"]) == ["taskset", "--cpu-list", "0", "llama-server"] and p.env() == {}
