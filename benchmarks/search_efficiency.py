@@ -64,7 +64,7 @@ CPU_GRID = {
     "ctx-size": [2048, 4096, 8192, 16384, 32768, 65536],
     "parallel": [1, 2, 4],
     "cache-type-k": ["f16", "q8_0", "q4_0"],
-    "ubatch-size": [128, 512],
+    "threads": [1, 2],
 }
 GPU_GRID = {
     "gpu-memory-utilization": [round(0.05 * i, 2) for i in range(2, 20)],  # 0.10 .. 0.95
@@ -99,7 +99,7 @@ def measure_cpu_table(path: Path) -> None:
 
     raw = tiny_space(name="grid")
     raw["parameters"] = {k: {"type": "categorical", "choices": v} for k, v in CPU_GRID.items()}
-    raw["server"]["flags"].update({"threads": 1, "batch-size": 512})
+    del raw["server"]["flags"]["threads"]  # a parameter here
     raw["probes"]["load"] = {"concurrency": [4], "prompt_tokens": 64, "output_tokens": 24, "requests": 8, "warmup": 1}
     space = validate(raw, "grid.yaml")
     partition = make_partitions("cpu", [0, 1], 2)[0]
