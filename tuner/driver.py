@@ -346,7 +346,11 @@ class Driver:
                 entry.timed_out = True
                 logger.warning("trial %d passed its %.0fs limit: stopping it", entry.trial.number, self.trial_timeout)
                 self.executor.cancel(future, force=True)
-                self.ledger.stop_orphans(self.ledger.for_trial(self.run_dir.trial(entry.trial.number)))
+                self._sweep(entry.trial.number)
+
+    def _sweep(self, number: int) -> None:
+        """Stop whatever the ledger still holds of trial ``number`` (its worker was cancelled)."""
+        self.ledger.stop_orphans(self.ledger.for_trial(self.run_dir.trial(number)))
 
     def _stop_running(self, summary: RunSummary, grace: float = 20.0) -> None:
         """Ask running trials to stop (their own teardown runs), then force, then sweep the ledger."""
@@ -357,7 +361,7 @@ class Driver:
             if future not in done:
                 self.executor.cancel(future, force=True)
         for entry in self._running.values():
-            self.ledger.stop_orphans(self.ledger.for_trial(self.run_dir.trial(entry.trial.number)))
+            self._sweep(entry.trial.number)
         self._abandon(f"interrupted: {summary.stop_reason}")
 
     def _abandon(self, why: str) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from tuner.pick import hypervolume_2d
+from tuner.pick import feasible, hypervolume_2d, non_dominated
 
 __all__ = ["Point", "StudyFront", "fronts"]
 
@@ -45,16 +45,15 @@ def points(study: optuna.Study, x: str, y: str) -> list[Point]:
     for t in study.get_trials(deepcopy=False):
         if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or "invalid_combination" in t.user_attrs:
             continue
-        feasible = t.state == TrialState.COMPLETE and not any(v > 0 for v in t.constraints.values())
-        signature = t.user_attrs.get("signature") or ("infeasible" if t.state == TrialState.COMPLETE and not feasible else None)
-        found.append(Point(t.number, _value(t, x), _value(t, y), t.state.name, feasible, signature, dict(t.params)))
+        ok = t.state == TrialState.COMPLETE and feasible(t)
+        signature = t.user_attrs.get("signature") or ("infeasible" if t.state == TrialState.COMPLETE and not ok else None)
+        found.append(Point(t.number, _value(t, x), _value(t, y), t.state.name, ok, signature, dict(t.params)))
     return found
 
 
 def _front(pts: list[Point]) -> list[Point]:
     usable = [p for p in pts if p.feasible and p.x is not None and p.y is not None]
-    front = [p for p in usable if not any(o.x >= p.x and o.y >= p.y and (o.x > p.x or o.y > p.y) for o in usable)]  # type: ignore[operator]
-    return sorted(front, key=lambda p: p.x)  # type: ignore[arg-type, return-value]
+    return sorted(non_dominated(usable, lambda p: (p.x, p.y)), key=lambda p: p.x)  # type: ignore[arg-type, return-value]
 
 
 def fronts(studies: dict[str, optuna.Study], x: str, y: str, reference: tuple[float, float] = (0.0, 0.0)) -> list[StudyFront]:

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.exceptions import ConfigError
 
-__all__ = ["Candidate", "candidates", "hypervolume_2d", "pareto_front", "pick"]
+__all__ = ["Candidate", "candidates", "feasible", "hypervolume_2d", "non_dominated", "pareto_front", "pick", "signs"]
 
 REVALIDATED = "revalidated"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,15 @@ class Candidate:
         return self.trial.number
 
 
+def feasible(trial: FrozenTrial) -> bool:
+    """Optuna's convention: every constraint value <= 0."""
+    return all(v <= 0 for v in trial.constraints.values())
+
+
 def candidates(study: optuna.Study) -> list[Candidate]:
     found = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.constraints and any(v > 0 for v in t.constraints.values()):
+        if not feasible(t):
             continue
         again = study.user_attrs.get(f"{REVALIDATED}.{t.number}")
         values = tuple(again["values"]) if again else tuple(t.values)
@@ -43,19 +50,24 @@ def candidates(study: optuna.Study) -> list[Candidate]:
     return found
 
 
-def _signs(study: optuna.Study) -> list[float]:
+def signs(study: optuna.Study) -> list[float]:
+    """+1 for each maximized objective, -1 for each minimized one."""
     return [1.0 if d == optuna.study.StudyDirection.MAXIMIZE else -1.0 for d in study.directions]
+
+
+def non_dominated(items: Sequence[T], coords: Callable[[T], Sequence[float]]) -> list[T]:
+    """Items no other item dominates, every coordinate maximized."""
+
+    def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+        return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
+
+    points = [tuple(coords(i)) for i in items]
+    return [i for i, p in zip(items, points, strict=True) if not any(dominates(o, p) for o in points if o is not p)]
 
 
 def pareto_front(items: Sequence[Candidate], signs: Sequence[float]) -> list[Candidate]:
     """Non-dominated candidates (all objectives turned into maximization by ``signs``)."""
-
-    def dominates(a: Candidate, b: Candidate) -> bool:
-        pa = [s * v for s, v in zip(signs, a.values, strict=True)]
-        pb = [s * v for s, v in zip(signs, b.values, strict=True)]
-        return all(x >= y for x, y in zip(pa, pb, strict=True)) and any(x > y for x, y in zip(pa, pb, strict=True))
-
-    return [c for c in items if not any(dominates(o, c) for o in items if o is not c)]
+    return non_dominated(items, lambda c: [s * v for s, v in zip(signs, c.values, strict=True)])
 
 
 def hypervolume_2d(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -82,15 +94,15 @@ def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = 
         items = [c for c in items if c.values[context_index] >= min_context]
     if not items:
         raise ConfigError(f"study {study.study_name!r} has no complete, feasible trial to pick" + (f" with context >= {min_context:g}" if min_context else ""))
-    signs = _signs(study)
+    signs_ = signs(study)
     if how == "max-throughput":
-        return max(items, key=lambda c: signs[0] * c.values[0])
+        return max(items, key=lambda c: signs_[0] * c.values[0])
     if how == "max-context":
-        if len(signs) <= context_index:
+        if len(signs_) <= context_index:
             raise ConfigError("max-context needs a study with a context objective")
-        return max(items, key=lambda c: (signs[context_index] * c.values[context_index], signs[0] * c.values[0]))
+        return max(items, key=lambda c: (signs_[context_index] * c.values[context_index], signs_[0] * c.values[0]))
     if how == "knee":
-        return _knee(pareto_front(items, signs), signs)
+        return _knee(pareto_front(items, signs_), signs_)
     raise ConfigError(f"--pick: {how!r} is not one of knee, max-throughput, max-context, trial:N")
 
 

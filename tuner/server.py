@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import Any, IO, Self
 
 import httpx
 
@@ -181,8 +181,7 @@ class ServerProcess:
             elapsed_s=round(time.monotonic() - self.started_at, 3),
             signature=match.signature.name if match else default_signature,
             summary=match.signature.category if match else "",
-            returncode=code if code is None or code >= 0 else None,
-            signal=signal.Signals(-code).name if code is not None and code < 0 else None,
+            **_exit_fields(code),
             lines=match.lines if match else _tail(text),
             log_path=str(self.log_path),
             details=details,
@@ -194,8 +193,7 @@ class ServerProcess:
         code = self.proc.poll()
         return replace(
             evidence,
-            returncode=code if code is not None and code >= 0 else None,
-            signal=signal.Signals(-code).name if code is not None and code < 0 else None,
+            **_exit_fields(code),
             details={**evidence.details, "stopped_by_tuner": self.stopped_by_tuner},
         )
 
@@ -219,6 +217,13 @@ class ServerProcess:
         if self.ready_at is not None and not _port_free(self.host, self.port):
             raise TeardownError(f"port {self.port} still bound after teardown", evidence=self.evidence())
         return time.monotonic() - begun
+
+
+def _exit_fields(code: int | None) -> dict[str, Any]:
+    """Popen's returncode as Evidence fields: an exit status, or the name of the killing signal."""
+    if code is not None and code < 0:
+        return {"returncode": None, "signal": signal.Signals(-code).name}
+    return {"returncode": code, "signal": None}
 
 
 def group_members(pgid: int) -> list[int]:

@@ -8,6 +8,8 @@ from typing import Any
 import optuna
 import pandas as pd
 
+from tuner.pick import feasible
+
 __all__ = ["trials_frame", "write_trials_csv"]
 
 _METRICS = ("load.output_tok_s", "recall.effective_context", "capacity.context_per_request", "load.ttft_p99")
@@ -29,7 +31,7 @@ def _row(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]:
     row.update({m: metrics.get(m) for m in _METRICS if m not in row})
     row["startup_s"] = timings.get("startup_s") or t.user_attrs.get("evidence", {}).get("elapsed_s")
     row["probe_s"] = timings.get("probe_s")
-    row["feasible"] = all(v <= 0 for v in t.constraints.values()) if t.constraints else None
+    row["feasible"] = feasible(t) if t.constraints else None
     row["signature"] = t.user_attrs.get("signature")
     row["note"] = t.user_attrs.get("invalid_combination") or t.user_attrs.get("error")
     row["duration_s"] = t.duration.total_seconds() if t.duration else None

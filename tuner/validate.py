@@ -18,7 +18,7 @@ from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigInfeasible, TunerError
 from tuner.objectives import ObjectiveSet
 from tuner.partitions import PartitionPool, trial_size
-from tuner.pick import REVALIDATED, Candidate, candidates, pareto_front
+from tuner.pick import REVALIDATED, Candidate, candidates, pareto_front, signs
 from tuner.space import SearchSpace
 from tuner.trial import run_trial
 
@@ -55,11 +55,11 @@ class Revalidation:
 
 def top_candidates(study: optuna.Study, top: int) -> list[Candidate]:
     """The Pareto front first (best first objective first), then the rest by the first objective."""
-    signs = [1.0 if d == optuna.study.StudyDirection.MAXIMIZE else -1.0 for d in study.directions]
+    direction = signs(study)
     items = candidates(study)
-    front = pareto_front(items, signs)
+    front = pareto_front(items, direction)
     rest = [c for c in items if c not in front]
-    key = lambda c: -signs[0] * c.trial.values[0]  # noqa: E731
+    key = lambda c: -direction[0] * c.trial.values[0]  # noqa: E731
     return (sorted(front, key=key) + sorted(rest, key=key))[:top]
 
 
