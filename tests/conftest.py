@@ -94,7 +94,7 @@ def tiny_space(**overrides: object) -> dict:  # noqa: D103
         },
         "parameters": {"ctx-size": {"type": "categorical", "choices": [2048]}},
         "probes": {
-            "load": {"concurrency": [2], "prompt_tokens": 32, "output_tokens": 8, "requests": 2, "warmup": 0},
+            "load": {"concurrency": [2], "prompt_tokens": 32, "output_tokens": 8, "duration": 1, "max_duration": 2, "warmup": 1},
             "recall": None,
         },
         "objectives": "throughput",

@@ -198,6 +198,10 @@ class Driver:
         self._running: dict[Future[TrialOutcome], _Running] = {}
         self._launching: _Running | None = None
 
+    @property
+    def stop_requested(self) -> bool:
+        return bool(self._stop_requested)
+
     def request_stop(self, reason: str) -> None:
         """Stop dispatching; running trials are stopped and recorded (safe from a signal handler)."""
         self._stop_requested = reason

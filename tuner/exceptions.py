@@ -107,6 +107,13 @@ class ScreenedOut(ConfigInfeasible):
 class ProbeError(_WithEvidence):
     """A probe could not measure the running server."""
 
+    def __init__(self, message: str, *, evidence: Evidence | None = None) -> None:
+        if evidence is None:
+            from tuner.evidence import Evidence
+
+            evidence = Evidence(argv=(), elapsed_s=0.0, signature="probe_error", summary=message)
+        super().__init__(message, evidence=evidence)
+
 
 class TeardownError(_WithEvidence):
     """A process of the server's group was still alive after TERM and KILL."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from tuner.pick import feasible, hypervolume_2d, non_dominated
+from tuner.pick import candidates, feasible, hypervolume_2d, non_dominated, objective_metrics, pareto_front, signs
 
 __all__ = ["Point", "StudyFront", "fronts"]
 
@@ -36,24 +36,36 @@ class StudyFront:
         return [p for p in self.points if not p.feasible]
 
 
-def _value(trial: optuna.trial.FrozenTrial, metric: str) -> float | None:
+def _value(trial: optuna.trial.FrozenTrial, metric: str, means: dict[str, float] | None) -> float | None:
+    if means and metric in means:
+        return means[metric]  # a re-measured trial's mean over its fresh-server runs
     return trial.user_attrs.get("metrics", {}).get(metric)
 
 
 def points(study: optuna.Study, x: str, y: str) -> list[Point]:
+    names = objective_metrics(study)
+    means = {c.number: dict(zip(names, c.values, strict=True)) for c in candidates(study)}
     found = []
     for t in study.get_trials(deepcopy=False):
         if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or "invalid_combination" in t.user_attrs:
             continue
         ok = t.state == TrialState.COMPLETE and feasible(t)
         signature = t.user_attrs.get("signature") or ("infeasible" if t.state == TrialState.COMPLETE and not ok else None)
-        found.append(Point(t.number, _value(t, x), _value(t, y), t.state.name, ok, signature, dict(t.params)))
+        m = means.get(t.number)
+        found.append(Point(t.number, _value(t, x, m), _value(t, y, m), t.state.name, ok, signature, dict(t.params)))
     return found
 
 
-def _front(pts: list[Point]) -> list[Point]:
+def _front(study: optuna.Study, pts: list[Point], x: str, y: str) -> list[Point]:
+    """On the study's own two objectives: the noise-aware front that picks use. On other
+    metrics: plain dominance of the measured values."""
     usable = [p for p in pts if p.feasible and p.x is not None and p.y is not None]
-    return sorted(non_dominated(usable, lambda p: (p.x, p.y)), key=lambda p: p.x)  # type: ignore[arg-type, return-value]
+    if sorted(objective_metrics(study)) == sorted([x, y]):
+        on_front = {c.number for c in pareto_front(candidates(study), signs(study))}
+        chosen = [p for p in usable if p.trial in on_front]
+    else:
+        chosen = non_dominated(usable, lambda p: (p.x, p.y))  # type: ignore[arg-type]
+    return sorted(chosen, key=lambda p: p.x)  # type: ignore[arg-type, return-value]
 
 
 def fronts(studies: dict[str, optuna.Study], x: str, y: str, reference: tuple[float, float] = (0.0, 0.0)) -> list[StudyFront]:
@@ -61,7 +73,7 @@ def fronts(studies: dict[str, optuna.Study], x: str, y: str, reference: tuple[fl
     result = []
     for name, study in studies.items():
         pts = points(study, x, y)
-        front = _front(pts)
+        front = _front(study, pts, x, y)
         hv = hypervolume_2d([(p.x, p.y) for p in front], reference)  # type: ignore[misc]
         result.append(StudyFront(name, pts, front, hv))
     return result

@@ -23,11 +23,14 @@ class Partition:
     kind: Literal["cpu", "gpu"]
     devices: tuple[int, ...]
     port_base: int
+    cpus: tuple[int, ...] = ()
+    client_cpus: tuple[int, ...] = ()
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """Pin a CPU partition's server to its cores; GPU partitions use the environment."""
-        if self.kind == "cpu":
-            return ["taskset", "--cpu-list", ",".join(map(str, self.devices)), *argv]
+        """Pin the server to its cores: a CPU partition's devices, a GPU partition's own cores."""
+        cores = self.devices if self.kind == "cpu" else self.cpus
+        if cores:
+            return ["taskset", "--cpu-list", ",".join(map(str, cores)), *argv]
         return argv
 
     def env(self) -> dict[str, str]:
@@ -39,7 +42,24 @@ class Partition:
         return free_port(host, self.port_base, PORT_SPAN)
 
     def describe(self) -> str:
-        return f"partition {self.index}: {self.kind} {','.join(map(str, self.devices))}, ports {self.port_base}+"
+        cores = f", server cores {_ranges(self.cpus)}, client cores {_ranges(self.client_cpus)}" if self.cpus else ""
+        return f"partition {self.index}: {self.kind} {','.join(map(str, self.devices))}, ports {self.port_base}+{cores}"
+
+
+def _ranges(cores: tuple[int, ...]) -> str:
+    return f"{cores[0]}-{cores[-1]}" if len(cores) > 1 and cores[-1] - cores[0] == len(cores) - 1 else ",".join(map(str, cores))
+
+
+def _with_cores(partition: Partition, cores: dict[int, tuple[int, ...]] | None) -> Partition:
+    """A GPU partition gets the cores of its GPUs, split between its server and its load client."""
+    if partition.kind != "gpu" or not cores:
+        return partition
+    from dataclasses import replace
+
+    from tuner.cores import split_server_client
+
+    server, client = split_server_client(tuple(c for d in partition.devices for c in cores.get(d, ())))
+    return replace(partition, cpus=server, client_cpus=client)
 
 
 def trial_size(per_trial: int | str, params: Mapping[str, Any]) -> int:
@@ -52,10 +72,19 @@ def make_partitions(kind: Literal["cpu", "gpu"], devices: list[int], size: int) 
     if size < 1 or size > len(devices):
         raise ValueError(f"a trial of {size} devices does not fit in {len(devices)}")
     count = len(devices) // size
+    cores = _gpu_cores(kind, devices)
     return [
-        Partition(i, kind, tuple(devices[i * size : (i + 1) * size]), PORT_BASE + i * PORT_SPAN)
+        _with_cores(Partition(i, kind, tuple(devices[i * size : (i + 1) * size]), PORT_BASE + i * PORT_SPAN), cores)
         for i in range(count)
     ]
+
+
+def _gpu_cores(kind: str, devices: list[int]) -> dict[int, tuple[int, ...]] | None:
+    if kind != "gpu":
+        return None
+    from tuner.cores import device_cores
+
+    return device_cores(devices)
 
 
 def free_port(host: str, base: int, span: int) -> int:
@@ -79,6 +108,7 @@ class PartitionPool:
         self.devices = list(devices)
         self._busy: set[int] = set()  # indices into self.devices
         self.quarantined: set[int] = set()
+        self._cores = _gpu_cores(kind, self.devices)
 
     def acquire(self, size: int) -> Partition | None:
         if size < 1 or size > len(self.devices):
@@ -89,7 +119,7 @@ class PartitionPool:
             if not taken & set(span):
                 self._busy |= set(span)
                 devices = tuple(self.devices[i] for i in span)
-                return Partition(start // size, self.kind, devices, PORT_BASE + start * PORT_SPAN)
+                return _with_cores(Partition(start // size, self.kind, devices, PORT_BASE + start * PORT_SPAN), self._cores)
         return None
 
     def release(self, partition: Partition) -> None:

@@ -1,23 +1,31 @@
 """Choosing a trial from a study: Pareto fronts, the knee, the max of one objective.
 
-Only COMPLETE, feasible trials are candidates. Where a trial was re-validated (`tune validate`),
-its re-validated values are used instead of the first measurement.
+Only COMPLETE, feasible trials are candidates. Where a trial was re-measured (at the end of
+`tune run`, or by `tune validate`), the mean of all its runs is used. Every value carries its
+95 % half-width (:mod:`tuner.noise`): one config dominates another only where it is better by
+more than the combined noise, and a pick names the candidates it ties with. `tune status`,
+`pareto`, `export` and `report` all choose through :func:`pick`, so they name the same winner.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.exceptions import ConfigError
+from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, noise_floor
 
-__all__ = ["Candidate", "candidates", "feasible", "hypervolume_2d", "non_dominated", "pareto_front", "pick", "signs"]
+__all__ = [
+    "Candidate", "candidates", "feasible", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front",
+    "pick", "signs", "study_floor", "tied_with",
+]
 
 REVALIDATED = "revalidated"
 T = TypeVar("T")
@@ -25,13 +33,28 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Candidate:
+    """A feasible trial's values (mean over its runs) with their 95 % half-widths."""
+
     trial: FrozenTrial
     values: tuple[float, ...]
     revalidated: bool
+    half_widths: tuple[float, ...] = ()
+    runs: int = 1
+    ties: tuple[int, ...] = ()
 
     @property
     def number(self) -> int:
         return self.trial.number
+
+    def describe(self, names: Sequence[str]) -> str:
+        """``name mean +- half-width`` per objective, the run count, and any tie."""
+        parts = []
+        for name, value, hw in zip(names, self.values, self.half_widths or [0.0] * len(self.values), strict=True):
+            parts.append(f"{name} {value:,.1f}" + (f" +- {hw:,.1f}" if hw else ""))
+        text = f"trial {self.number}: " + ", ".join(parts) + f" ({self.runs} run{'s' if self.runs > 1 else ''})"
+        if self.ties:
+            text += f"; ties within noise with trial(s) {', '.join(map(str, self.ties))}"
+        return text
 
 
 def feasible(trial: FrozenTrial) -> bool:
@@ -40,14 +63,42 @@ def feasible(trial: FrozenTrial) -> bool:
 
 
 def candidates(study: optuna.Study) -> list[Candidate]:
+    names = objective_metrics(study)
+    noisy = [is_noisy(m) for m in names]
+    floor = study_floor(study, noisy)
     found = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if not feasible(t):
             continue
         again = study.user_attrs.get(f"{REVALIDATED}.{t.number}")
-        values = tuple(again["values"]) if again else tuple(t.values)
-        found.append(Candidate(t, values, again is not None))
+        runs = [list(r) for r in again["runs"]] if again and again.get("runs") else [list(t.values)]
+        values = tuple(statistics.fmean(col) for col in zip(*runs, strict=True)) if again else tuple(t.values)
+        within = _within(t, names)
+        hws = half_width(values, runs, floor, noisy, within)
+        found.append(Candidate(t, values, again is not None, hws, len(runs)))
     return found
+
+
+def objective_metrics(study: optuna.Study) -> list[str]:
+    """The metric behind each objective (e.g. ``load.output_tok_s``)."""
+    stored = study.user_attrs.get("tuner.objectives", {}).get("objectives", [])
+    names = [o["metric"] for o in stored] or list(study.metric_names or [])
+    return names if len(names) == len(study.directions) else [f"value{i}" for i in range(len(study.directions))]
+
+
+def study_floor(study: optuna.Study, noisy: Sequence[bool]) -> NoiseFloor:
+    """The study's noise floor from every config it measured more than once."""
+    repeated = [v["runs"] for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.") and v.get("runs")]
+    reference = study.user_attrs.get(NOISE, {}).get("runs")
+    if reference:
+        repeated.append(reference)
+    return noise_floor(repeated, noisy)
+
+
+def _within(trial: FrozenTrial, names: Sequence[str]) -> dict[int, float]:
+    """The probe's own CI of the trial's throughput objective, where it reported one."""
+    metrics = trial.user_attrs.get("metrics", {})
+    return {j: metrics[f"{m}_ci"] for j, m in enumerate(names) if f"{m}_ci" in metrics}
 
 
 def signs(study: optuna.Study) -> list[float]:
@@ -66,8 +117,27 @@ def non_dominated(items: Sequence[T], coords: Callable[[T], Sequence[float]]) ->
 
 
 def pareto_front(items: Sequence[Candidate], signs: Sequence[float]) -> list[Candidate]:
-    """Non-dominated candidates (all objectives turned into maximization by ``signs``)."""
-    return non_dominated(items, lambda c: [s * v for s, v in zip(signs, c.values, strict=True)])
+    """Candidates no other candidate dominates by more than the noise (objectives turned into
+    maximization by ``signs``): a config within noise of a better one stays on the front."""
+
+    def beats(a: Candidate, b: Candidate, j: int) -> bool:
+        ha, hb = _hw(a, j), _hw(b, j)
+        return signs[j] * (a.values[j] - b.values[j]) > 0 and differs(a.values[j], ha, b.values[j], hb)
+
+    def dominates(a: Candidate, b: Candidate) -> bool:
+        objectives = range(len(signs))
+        return any(beats(a, b, j) for j in objectives) and not any(beats(b, a, j) for j in objectives)
+
+    return [c for c in items if not any(dominates(o, c) for o in items if o is not c)]
+
+
+def _hw(c: Candidate, j: int) -> float:
+    return c.half_widths[j] if c.half_widths else 0.0
+
+
+def tied_with(best: Candidate, items: Sequence[Candidate], j: int) -> list[Candidate]:
+    """Candidates whose objective ``j`` is within the combined noise of ``best``'s."""
+    return [c for c in items if c is not best and not differs(best.values[j], _hw(best, j), c.values[j], _hw(c, j))]
 
 
 def hypervolume_2d(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -81,8 +151,8 @@ def hypervolume_2d(points: Sequence[tuple[float, float]], reference: tuple[float
     return area
 
 
-def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = None, context_index: int = 1) -> Candidate:
-    """``knee`` | ``max-throughput`` | ``max-context`` | ``trial:N``."""
+def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = None) -> Candidate:
+    """``knee`` | ``max-throughput`` | ``max-context`` | ``trial:N``; the result names its ties."""
     items = candidates(study)
     if match := re.fullmatch(r"trial:(\d+)", how):
         number = int(match[1])
@@ -90,20 +160,36 @@ def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = 
         if not chosen:
             raise ConfigError(f"trial {number} of study {study.study_name!r} is not a complete, feasible trial")
         return chosen[0]
+    context_index = 1
     if min_context is not None and len(study.directions) > context_index:
         items = [c for c in items if c.values[context_index] >= min_context]
     if not items:
         raise ConfigError(f"study {study.study_name!r} has no complete, feasible trial to pick" + (f" with context >= {min_context:g}" if min_context else ""))
     signs_ = signs(study)
     if how == "max-throughput":
-        return max(items, key=lambda c: signs_[0] * c.values[0])
+        return _with_ties(_best(items, signs_, 0), items, signs_, 0)
     if how == "max-context":
         if len(signs_) <= context_index:
             raise ConfigError("max-context needs a study with a context objective")
-        return max(items, key=lambda c: (signs_[context_index] * c.values[context_index], signs_[0] * c.values[0]))
+        top = max(signs_[context_index] * c.values[context_index] for c in items)
+        at_top = [c for c in items if signs_[context_index] * c.values[context_index] == top]
+        return _with_ties(_best(at_top, signs_, 0), at_top, signs_, 0)
     if how == "knee":
-        return _knee(pareto_front(items, signs_), signs_)
+        front = pareto_front(items, signs_)
+        knee = _knee(front, signs_)
+        ties = [c for c in front if c is not knee and not any(
+            differs(knee.values[j], _hw(knee, j), c.values[j], _hw(c, j)) for j in range(len(signs_)))]
+        return replace(knee, ties=tuple(c.number for c in ties))
     raise ConfigError(f"--pick: {how!r} is not one of knee, max-throughput, max-context, trial:N")
+
+
+def _best(items: Sequence[Candidate], signs: Sequence[float], j: int) -> Candidate:
+    """The best mean on objective ``j``; the other objectives, then the trial number, break exact ties."""
+    return max(items, key=lambda c: (signs[j] * c.values[j], *[s * v for s, v in zip(signs, c.values, strict=True)], -c.number))
+
+
+def _with_ties(best: Candidate, items: Sequence[Candidate], signs: Sequence[float], j: int) -> Candidate:
+    return replace(best, ties=tuple(c.number for c in tied_with(best, items, j)))
 
 
 def _knee(front: list[Candidate], signs: Sequence[float]) -> Candidate:

@@ -14,7 +14,8 @@ from tuner.exceptions import ConfigError
 from tuner.export import build_export
 from tuner.limits import default_contexts
 from tuner.pareto import fronts
-from tuner.pick import pick
+from tuner.noise import NOISE, is_noisy
+from tuner.pick import objective_metrics, pick, study_floor
 from tuner.plots import front_html
 from tuner.space import SearchSpace
 
@@ -74,11 +75,13 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
     for f in the_fronts:
         md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | `{p.params}` |" for p in f.front]
         md += ["", f"hypervolume {f.hypervolume:,.1f} (reference 0, 0)", ""]
+    md += ["## Noise", "", *_noise_lines(study), ""]
     md += ["## Chosen config (knee of the front)", ""]
     if chosen is None:
         md += ["no complete, feasible trial yet", ""]
     else:
-        md += [f"trial {chosen.candidate.number}" + (" (re-validated)" if chosen.candidate.revalidated else " (not re-validated)"), "",
+        md += [chosen.candidate.describe(objective_metrics(study)), "",
+               f"trial {chosen.candidate.number}" + (" (re-validated)" if chosen.candidate.revalidated else " (not re-validated)"), "",
                "```", chosen.render("cmd").strip(), "```", "", "```", chosen.limits.render(default_contexts(chosen.limits)), "```", ""]
         md += [f"- warning: {w}" for w in chosen.warnings()]
     markdown = "\n".join(md) + "\n"
@@ -93,6 +96,21 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
         f"</head><body>{body}<h2>Front (interactive)</h2>{plot}</body></html>"
     )
     return Report(page, markdown)
+
+
+def _noise_lines(study: optuna.Study) -> list[str]:
+    names = objective_metrics(study)
+    floor = study_floor(study, [is_noisy(m) for m in names])
+    noise = study.user_attrs.get(NOISE, {})
+    if not floor.known:
+        return ["noise floor not measured (no config ran on two fresh servers); ties use the probe's own CI"]
+    lines = [f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} between fresh servers ({floor.dof} degrees of freedom)"]
+    if noise.get("runs"):
+        values = ", ".join(f"{r[0]:,.1f} ({label})" for r, label in zip(noise["runs"], noise["labels"], strict=True))
+        lines.append(f"reference config `{noise.get('reference')}`: {values}")
+    if noise.get("drift") is not None:
+        lines.append(f"drift: the reference moved {noise['drift']:+.1%} between the start and the end of the run")
+    return lines
 
 
 def _markdown_to_html(text: str) -> str:

@@ -69,6 +69,7 @@ class ServerProcess:
         self.ledger = ledger
         self.proc: subprocess.Popen[str] | None = None
         self.stopped_by_tuner = False
+        self.teardown_s = 0.0
         self.started_at = 0.0
         self.ready_at: float | None = None
         self._fatal: tuple[Signature, str] | None = None
@@ -216,7 +217,8 @@ class ServerProcess:
         # The port is ours to check only if our server held it (a failed start may have met another's).
         if self.ready_at is not None and not _port_free(self.host, self.port):
             raise TeardownError(f"port {self.port} still bound after teardown", evidence=self.evidence())
-        return time.monotonic() - begun
+        self.teardown_s = time.monotonic() - begun
+        return self.teardown_s
 
 
 def _exit_fields(code: int | None) -> dict[str, Any]:

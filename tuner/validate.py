@@ -1,8 +1,18 @@
-"""Re-validation: re-run the top configs of a study on fresh servers and keep mean and spread.
+"""Re-measurement on fresh servers: the study's noise floor and its front candidates.
 
 A config picked as best on one measurement often degrades once redeployed (TUNA found 63 % of
-such picks lost >= 30 %). The re-validated values are stored in the study (user attribute
-``revalidated.<trial>``: Optuna forbids changing finished trials) and `tune export` picks by them.
+such picks lost >= 30 %; on the H200 a winner measured 6,300 tok/s in the tune and 3,475 / 4,146
+on two fresh servers). So:
+
+- at the start of `tune run`, the *reference* config (the space's first enqueued config) is run
+  on fresh servers: with its own trial, that gives the between-server spread (the noise floor);
+- at the end, the front candidates and the reference are re-run, interleaved round by round
+  (every item once, then every item again), so that drift of the host hits all of them alike;
+  the reference's start and end runs tell whether the host drifted.
+
+Runs are stored in the study's user attributes (Optuna forbids changing finished trials):
+``revalidated.<trial>`` = {values (mean), runs (the trial's own first, then the re-runs),
+failures}; ``noise`` = {reference, runs, labels, drift}. Picks use them (:mod:`tuner.pick`).
 """
 
 from __future__ import annotations
@@ -10,56 +20,179 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from tuner.artifacts import RunDir
-from tuner.exceptions import ConfigInfeasible, TunerError
+from tuner.exceptions import TunerError
+from tuner.executors import Executor
+from tuner.ledger import Ledger
+from tuner.noise import NOISE, differs, is_noisy
 from tuner.objectives import ObjectiveSet
 from tuner.partitions import PartitionPool, trial_size
-from tuner.pick import REVALIDATED, Candidate, candidates, pareto_front, signs
+from tuner.pick import REVALIDATED, Candidate, candidates, objective_metrics, pareto_front, signs, study_floor
+from tuner.records import TrialOutcome
 from tuner.space import SearchSpace
-from tuner.trial import run_trial
 
-__all__ = ["Revalidation", "revalidate", "top_candidates"]
+__all__ = ["Revalidation", "measure_reference", "reference_params", "remeasure", "revalidate", "top_candidates"]
 
 logger = logging.getLogger(__name__)
+REFERENCE = "reference"
 
 
 @dataclass(frozen=True)
 class Revalidation:
     trial: int
     original: tuple[float, ...]
-    runs: tuple[tuple[float, ...], ...]
+    runs: tuple[tuple[float, ...], ...]  # the re-runs only
     failures: tuple[str, ...]
 
     @property
-    def mean(self) -> tuple[float, ...]:
-        return tuple(statistics.fmean(col) for col in zip(*self.runs, strict=True)) if self.runs else ()
+    def all_runs(self) -> tuple[tuple[float, ...], ...]:
+        return (self.original, *self.runs)
 
     @property
-    def spread(self) -> tuple[float, ...]:
-        """(max - min) / mean per objective, over the re-validation runs."""
-        cols = list(zip(*self.runs, strict=True))
+    def mean(self) -> tuple[float, ...]:
+        return tuple(statistics.fmean(col) for col in zip(*self.all_runs, strict=True))
+
+    @property
+    def spread(self) -> tuple[float, ...] | None:
+        """(max - min) / mean per objective over all runs; None from a single run."""
+        if len(self.all_runs) < 2:
+            return None
+        cols = list(zip(*self.all_runs, strict=True))
         return tuple((max(c) - min(c)) / statistics.fmean(c) if statistics.fmean(c) else 0.0 for c in cols)
 
     @property
     def change(self) -> tuple[float, ...]:
-        """Re-validated mean relative to the original measurement, per objective."""
+        """Mean over all runs relative to the first measurement, per objective."""
         return tuple((m - o) / o if o else 0.0 for m, o in zip(self.mean, self.original, strict=True))
 
     def to_dict(self) -> dict:
-        return {"values": list(self.mean), "runs": [list(r) for r in self.runs], "spread": list(self.spread), "failures": list(self.failures)}
+        return {"values": list(self.mean), "runs": [list(r) for r in self.all_runs], "failures": list(self.failures)}
+
+
+@dataclass
+class _Item:
+    label: str
+    params: dict[str, Any]
+    values: list[tuple[float, ...]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+def remeasure(
+    space: SearchSpace,
+    objective: ObjectiveSet,
+    run_dir: RunDir,
+    executor: Executor,
+    items: list[tuple[str, dict[str, Any]]],
+    *,
+    repeats: int,
+    ledger: Ledger | None = None,
+    on_run: Callable[[str, int, str], None] | None = None,
+) -> dict[str, _Item]:
+    """Run each item ``repeats`` times on fresh servers, round by round, partitions in parallel."""
+    pool = PartitionPool(space.hardware.kind, space.hardware.devices)
+    state = {label: _Item(label, params) for label, params in items}
+    queue = [(label, r) for r in range(repeats) for label, _ in items]
+    running: dict[Future[TrialOutcome], tuple[str, int, Any]] = {}
+    while queue or running:
+        while queue and len(running) < executor.max_parallel:
+            label, r = queue[0]
+            partition = pool.acquire(trial_size(space.hardware.per_trial, state[label].params))
+            if partition is None:
+                break
+            queue.pop(0)
+            where = run_dir.root / "validate" / f"{label}-{len(list((run_dir.root / 'validate').glob(f'{label}-*')))}"
+            running[executor.submit(space, state[label].params, where, partition, ledger)] = (label, r, partition)
+        done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+        for future in done:
+            label, r, partition = running.pop(future)
+            pool.release(partition)
+            text = _record(state[label], future, objective)
+            if on_run:
+                on_run(label, r, text)
+    return state
+
+
+def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet) -> str:
+    try:
+        values = objective.evaluate(future.result()).values
+    except (TunerError, KeyError) as exc:
+        evidence = getattr(exc, "evidence", None)
+        text = evidence.describe() if evidence else f"{type(exc).__name__}: {exc}"
+        item.failures.append(text)
+        return f"failed: {text}"
+    item.values.append(values)
+    return " ".join(f"{name} {v:,.1f}" for name, v in zip(objective.metric_names, values, strict=True))
+
+
+def reference_params(study: optuna.Study, space: SearchSpace) -> dict[str, Any] | None:
+    """The study's reference config: stored with its noise, else the space's first enqueued config."""
+    stored = study.user_attrs.get(NOISE, {}).get(REFERENCE)
+    if stored is not None:
+        return dict(stored)
+    return dict(space.enqueue[0]) if space.enqueue else None
+
+
+def _reference_trial_values(study: optuna.Study, params: dict[str, Any]) -> list[list[float]]:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.params == params and "duplicate_of" not in t.user_attrs:
+            return [list(t.values)]
+    return []
+
+
+def store_reference(study: optuna.Study, params: dict[str, Any], item: _Item, when: str) -> dict[str, Any]:
+    """Append the reference's runs (its own trial's first) and re-check drift: start vs end."""
+    noise = dict(study.user_attrs.get(NOISE, {REFERENCE: params, "runs": [], "labels": []}))
+    if not noise["runs"]:
+        own = _reference_trial_values(study, params)
+        noise["runs"], noise["labels"] = own, ["trial"] * len(own)
+    noise["runs"] = noise["runs"] + [list(v) for v in item.values]
+    noise["labels"] = noise["labels"] + [when] * len(item.values)
+    noise["failures"] = noise.get("failures", []) + item.failures
+    noise["drift"] = _drift(study, noise)
+    study.set_user_attr(NOISE, noise)
+    return noise
+
+
+def _drift(study: optuna.Study, noise: dict[str, Any]) -> float | None:
+    """Relative change of the reference's throughput from the start of the run to its end, when
+    that change is larger than the noise; None when there is none to speak of (or no end yet)."""
+    start = [r[0] for r, lab in zip(noise["runs"], noise["labels"], strict=True) if lab in ("trial", "start")]
+    end = [r[0] for r, lab in zip(noise["runs"], noise["labels"], strict=True) if lab == "end"]
+    if not start or not end:
+        return None
+    names = objective_metrics(study)
+    floor = study_floor(study, [is_noisy(m) for m in names])
+    a, b = statistics.fmean(start), statistics.fmean(end)
+    hw = 1.96 * floor.relative_sd[0] * a if floor.known else 0.0
+    return (b - a) / a if a and differs(a, hw / len(start) ** 0.5, b, hw / len(end) ** 0.5) else None
+
+
+def measure_reference(
+    study: optuna.Study, space: SearchSpace, objective: ObjectiveSet, run_dir: RunDir, executor: Executor,
+    *, runs: int, ledger: Ledger | None = None, on_run: Callable[[str, int, str], None] | None = None,
+) -> dict[str, Any] | None:
+    """The noise floor at the start of a run: the reference config on ``runs`` fresh servers."""
+    params = reference_params(study, space)
+    if params is None or runs < 1:
+        return None
+    state = remeasure(space, objective, run_dir, executor, [(REFERENCE, params)], repeats=runs, ledger=ledger, on_run=on_run)
+    return store_reference(study, params, state[REFERENCE], "start")
 
 
 def top_candidates(study: optuna.Study, top: int) -> list[Candidate]:
-    """The Pareto front first (best first objective first), then the rest by the first objective."""
+    """The noise-aware Pareto front first (best first objective first), then the rest."""
     direction = signs(study)
     items = candidates(study)
     front = pareto_front(items, direction)
     rest = [c for c in items if c not in front]
-    key = lambda c: -direction[0] * c.trial.values[0]  # noqa: E731
+    key = lambda c: -direction[0] * c.values[0]  # noqa: E731
     return (sorted(front, key=key) + sorted(rest, key=key))[:top]
 
 
@@ -68,33 +201,29 @@ def revalidate(
     space: SearchSpace,
     objective: ObjectiveSet,
     run_dir: RunDir,
+    executor: Executor,
     *,
     top: int,
     repeats: int,
-    on_run: Callable[[int, int, str], None] | None = None,
+    ledger: Ledger | None = None,
+    with_reference: bool = True,
+    on_run: Callable[[str, int, str], None] | None = None,
 ) -> list[Revalidation]:
-    pool = PartitionPool(space.hardware.kind, space.hardware.devices)
+    """Re-run the top candidates (and the reference, for drift) ``repeats`` times, interleaved."""
+    chosen = top_candidates(study, top)
+    items = [(f"trial{c.number}", dict(c.trial.params)) for c in chosen]
+    reference = reference_params(study, space) if with_reference else None
+    if reference is not None:
+        items.append((REFERENCE, reference))
+    state = remeasure(space, objective, run_dir, executor, items, repeats=repeats, ledger=ledger, on_run=on_run)
     results = []
-    for cand in top_candidates(study, top):
-        params = dict(cand.trial.params)
-        partition = pool.acquire(trial_size(space.hardware.per_trial, params))
-        assert partition is not None
-        runs, failures = [], []
-        for r in range(repeats):
-            where = run_dir.root / "validate" / f"{cand.number}-{r}"
-            try:
-                values = objective.evaluate(run_trial(space, params, where, partition)).values
-                runs.append(values)
-                text = " ".join(f"{v:.1f}" for v in values)
-            except (ConfigInfeasible, TunerError, KeyError) as exc:
-                evidence = getattr(exc, "evidence", None)
-                text = evidence.describe() if evidence else f"{type(exc).__name__}: {exc}"
-                failures.append(text)
-            if on_run:
-                on_run(cand.number, r, text)
-        pool.release(partition)
-        result = Revalidation(cand.number, tuple(cand.trial.values), tuple(runs), tuple(failures))
-        if runs:
-            study.set_user_attr(f"{REVALIDATED}.{cand.number}", result.to_dict())
+    for cand in chosen:
+        item = state[f"trial{cand.number}"]
+        previous = study.user_attrs.get(f"{REVALIDATED}.{cand.number}", {})
+        earlier = [tuple(r) for r in previous.get("runs", [])[1:]]
+        result = Revalidation(cand.number, tuple(cand.trial.values), (*earlier, *item.values), tuple(item.failures))
+        study.set_user_attr(f"{REVALIDATED}.{cand.number}", result.to_dict())
         results.append(result)
+    if reference is not None:
+        store_reference(study, reference, state[REFERENCE], "end")
     return results

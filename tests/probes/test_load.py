@@ -9,6 +9,8 @@ import pytest
 from tests.conftest import handle, llama_server_process, tiny_space
 from tuner.probes import LoadProbe
 from tuner.probes._stats import percentiles
+from tuner.probes._prompts import PromptMaker, Vocabulary
+from tuner.probes._window import batch_means, t975
 from tuner.probes.load import RequestRecord, summarize
 from tuner.space import LoadProbeSpec, validate
 
@@ -18,22 +20,85 @@ def test_percentiles_interpolate_like_numpy() -> None:
     assert percentiles([], [50]) == {50: None}
 
 
-def test_failed_requests_are_errors_not_latencies() -> None:
-    ok = RequestRecord(ok=True, started=0, ttft=0.1, e2e=1.1, gaps=[0.1] * 9, chunks=10, prompt_tokens=32, completion_tokens=10)
-    slow_fail = RequestRecord(ok=False, started=0, error="HTTP 500: boom")
-    s = summarize([ok, ok, slow_fail], wall=2.0, expected_output=10)
+def _rec(started: float, stamps: list[float], *, ok: bool = True, completion: int | None = None, **kw: object) -> RequestRecord:
+    rec = RequestRecord(ok=ok, started=started, stamps=list(stamps), **kw)
+    if stamps:
+        rec.ttft = stamps[0] - started
+        rec.e2e = stamps[-1] - started
+    rec.completion_tokens = completion if completion is not None else len(stamps)
+    return rec
+
+
+def test_tokens_count_where_their_stamps_fall_not_by_request() -> None:
+    # A window [10, 20): a request streaming 10..19.5 counts fully, one that streams 5..14.5
+    # counts its 10 tokens inside, one that starts at 19 counts 2, one wholly before counts 0.
+    inside = _rec(9.0, [10 + 0.5 * i for i in range(20)])
+    straddles = _rec(4.0, [5 + 0.5 * i for i in range(20)])
+    late = _rec(18.9, [19.0, 19.5, 20.0, 20.5])
+    before = _rec(0.0, [1.0, 2.0])
+    s = summarize([inside, straddles, late, before], 10.0, 20.0, batches=5, expected_output=20)
+    assert s["output_tok_s"] == pytest.approx((20 + 10 + 2) / 10)
+    assert s["requests"] == 2  # inside ended at 19.5, straddles at 14.5; late ends after the window
+    assert s["batches"] == 2 and len(s["batch_rates"]) == 2  # sub-windows one request lifetime (~10 s) wide
+
+
+def test_batch_means_give_a_student_t_interval() -> None:
+    # Rates 9, 11, 9, 11 tok/s in four 1 s batches: mean 10, sd 1.1547, t(3) = 3.182
+    stamps = [0.5] * 9 + [1.5] * 11 + [2.5] * 9 + [3.5] * 11
+    bm = batch_means([(sorted(stamps), 1.0)], 0.0, 4.0, 4)
+    assert bm.mean == pytest.approx(10.0)
+    assert bm.half_width == pytest.approx(3.182 * 1.1547 / 2, rel=1e-3)
+    assert bm.relative_half_width == pytest.approx(bm.half_width / 10)
+    assert batch_means([(stamps, 1.0)], 0.0, 4.0, 1).half_width is None  # one batch: no spread
+    assert t975(1) == 12.706 and t975(1000) == pytest.approx(1.962, abs=1e-3)
+
+
+def test_chunks_carrying_several_tokens_are_weighted_by_the_servers_count() -> None:
+    rec = _rec(0.0, [1.0, 2.0], completion=6)  # 2 chunks, 6 tokens by usage: 3 per chunk
+    assert summarize([rec], 0.0, 4.0, batches=2, expected_output=6)["output_tok_s"] == pytest.approx(6 / 4)
+
+
+def test_failed_requests_are_errors_not_latencies_and_cancelled_ones_neither() -> None:
+    ok = _rec(0.0, [0.1 + 0.1 * i for i in range(10)], prompt_tokens=32)
+    fail = RequestRecord(ok=False, started=0.5, e2e=0.1, error="HTTP 500: boom")
+    cancelled = _rec(1.5, [1.6, 1.7], ok=False, cancelled=True)
+    cancelled.e2e = None
+    s = summarize([ok, ok, fail, cancelled], 0.0, 2.0, batches=2, expected_output=10)
     assert s["errors"] == 1 and s["error_rate"] == pytest.approx(1 / 3)
-    assert s["first_error"] == "HTTP 500: boom"
-    assert s["output_tok_s"] == 10.0  # 20 tokens of the two successes over 2 s
-    assert s["ttft_p99"] == pytest.approx(0.1) and s["e2e_p50"] == pytest.approx(1.1)
-    assert s["tpot_p50"] == pytest.approx(1.0 / 9)
+    assert s["first_error"] == "HTTP 500: boom" and s["first_error_at_s"] == pytest.approx(0.6)
+    assert s["ttft_p99"] == pytest.approx(0.1) and s["ttft_n"] == 2 and s["e2e_p50"] == pytest.approx(1.0)
+    assert s["tpot_p50"] == pytest.approx(0.9 / 9)
+    assert s["output_tok_s"] == pytest.approx((10 + 10 + 2) / 2)  # the cancelled one's tokens were streamed
 
 
 def test_client_and_server_token_counts_disagreeing_is_flagged() -> None:
-    rec = RequestRecord(ok=True, started=0, ttft=0.1, e2e=1.0, chunks=8, completion_tokens=10)
-    assert summarize([rec], wall=1.0, expected_output=10)["token_mismatch"] is True
-    rec.chunks = 10
-    assert summarize([rec], wall=1.0, expected_output=10)["token_mismatch"] is False
+    rec = _rec(0.0, [0.1 * i + 0.1 for i in range(8)], completion=10)
+    assert summarize([rec], 0.0, 1.0, 2, expected_output=10)["token_mismatch"] is True
+    rec = _rec(0.0, [0.05 * i + 0.05 for i in range(10)], completion=10)
+    assert summarize([rec], 0.0, 1.0, 2, expected_output=10)["token_mismatch"] is False
+
+
+def test_prompt_exactness_and_cache_hit_rate() -> None:
+    a = _rec(0.0, [0.5], prompt_tokens=128, cached_tokens=0)
+    b = _rec(0.0, [0.6], prompt_tokens=128, cached_tokens=64)
+    c = _rec(0.0, [0.7], prompt_tokens=129)
+    s = summarize([a, b, c], 0.0, 1.0, 2, expected_output=1, asked_prompt=128)
+    assert s["prompt_tokens_exact"] == pytest.approx(2 / 3)
+    assert s["cache_hit_rate"] == pytest.approx(64 / 256)
+    assert (s["prompt_tokens_min"], s["prompt_tokens_max"]) == (128, 129)
+
+
+def test_prompts_are_distinct_with_an_optional_shared_prefix() -> None:
+    words = Vocabulary([f"w{i}" for i in range(20)], ["w0", "w1", "w2"])
+    maker = PromptMaker(words, 40)
+    maker.calibrate(40, 41)  # the server adds one token (BOS)
+    assert maker.overhead == 1 and len(maker.make(0).split()) == 39
+    assert all(maker.make(i).split()[0] in words.first for i in range(50))  # one token at the start too
+    prompts = [maker.make(i) for i in range(200)]
+    assert len({p.split()[0:4].__repr__() for p in prompts}) > 150  # no shared prefixes to speak of
+    shared = PromptMaker(words, 40, prefix_tokens=10)
+    x, y = shared.make(1).split(), shared.make(2).split()
+    assert x[:10] == y[:10] and x[10:] != y[10:] and len(x) == 40
 
 
 def test_metric_names_cover_levels_and_target() -> None:
@@ -45,16 +110,19 @@ def test_metric_names_cover_levels_and_target() -> None:
 def test_load_probe_on_real_llama_server(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
-        spec = LoadProbeSpec(concurrency=[1, 2], prompt_tokens=48, output_tokens=12, requests=4, warmup=1)
+        spec = LoadProbeSpec(concurrency=[1, 2], prompt_tokens=48, output_tokens=12, duration=2, max_duration=3, warmup=1)
         result = LoadProbe(spec).run(handle(server))
     m = result.metrics
     assert m["errors@1"] == 0 and m["errors@2"] == 0
     assert m["output_tok_s@2"] > 0 and m["output_tok_s"] == m["output_tok_s@2"]
     assert m["token_mismatch"] == 0
     level = result.details["levels"]["2"]
-    assert level["output_tokens"] == 4 * 12  # exact output lengths, counted by the server
+    assert 2 <= level["window_s"] <= 3.5 and level["requests"] >= 1
     assert level["usage_reported"] is True and level["short_outputs"] == 0
-    assert 4 * 40 <= level["prompt_tokens"] <= 4 * 52  # prompts sized with the server's tokenizer
+    # every prompt exactly as long as asked, by the server's own count, and none served from its cache
+    assert level["prompt_tokens_exact"] == 1.0 and level["prompt_tokens_min"] == level["prompt_tokens_max"] == 48
+    assert level["cache_hit_rate"] is not None and level["cache_hit_rate"] < 0.05
+    assert m["output_tok_s_ci@2"] > 0 and level["ttft_n"] == level["requests"]
     assert m["ttft_p50@2"] <= m["e2e_p50@2"]
     assert result.details["stop_reason"] == "completed"
 
@@ -71,12 +139,15 @@ def test_capacity_from_log_props_and_slots_agree(tmp_path: Path, llama_server: P
     assert cap.disagreements == ()
 
 
-def test_dataset_prompts_cycle(tmp_path: Path) -> None:
+def test_dataset_prompts_cycle_each_with_a_fresh_nonce(tmp_path: Path) -> None:
     from tuner.probes.load import _dataset_prompts
 
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "a b"}\n\n{"messages": [{"role": "user", "content": "c"}]}\n')
-    assert _dataset_prompts(str(data), 3) == ["a b", "c", "a b"]
+    prompt = _dataset_prompts(str(data))
+    first, second, third = prompt(0), prompt(1), prompt(2)
+    assert first.endswith("\na b") and second.endswith("\nc") and third.endswith("\na b")
+    assert first != third  # the same dataset row, still new to the server
 
 
 def test_missing_dataset_is_a_space_error() -> None:

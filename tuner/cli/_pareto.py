@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from tuner.cli._common import echo, open_existing
+from tuner.exceptions import ConfigError
 from tuner.pareto import fronts
+from tuner.pick import objective_metrics, pick
 from tuner.plots import front_html, front_png
 
 
@@ -36,6 +38,10 @@ def pareto(
             echo(f"  {p.trial:>5}  {p.x:>28,.1f}  {p.y:>22,.1f}  {p.params}")
         if f.faint:
             echo("  not feasible: " + ", ".join(f"#{p.trial} {p.signature or p.state}" for p in f.faint))
+        try:
+            echo(f"  pick (knee): {pick(opened[f.name], 'knee').describe(objective_metrics(opened[f.name]))}")
+        except ConfigError:
+            echo("  pick: none (no complete, feasible trial)")
     prefix = out or Path("runs") / ("pareto-" + "-".join(opened))
     prefix.parent.mkdir(parents=True, exist_ok=True)
     front_png(result, x, y, prefix.with_suffix(".png"))

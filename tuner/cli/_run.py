@@ -15,12 +15,15 @@ from tuner.cli._status import print_table
 from tuner.devices import GpuHygiene
 from tuner.driver import Driver, TrialReport, recover
 from tuner.exceptions import ConfigError
+from tuner.noise import NOISE
+from tuner.pick import candidates, pareto_front, signs
 from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
 from tuner.partitions import make_partitions
 from tuner.screen import screen_for
 from tuner.study import open_study
 from tuner.units import format_duration, parse_duration
+from tuner.validate import measure_reference, revalidate
 
 
 def run(
@@ -34,6 +37,7 @@ def run(
     executor: str = typer.Option("ray", "--executor", help="ray (partitions in parallel) | inline (one at a time, in this process)"),
     ray_address: str = typer.Option(None, "--ray-address", help="an existing Ray cluster (default: a local one, started and stopped here)"),
     no_screen: bool = typer.Option(False, "--no-screen", help="launch every proposal, even those predicted to fail"),
+    no_remeasure: bool = typer.Option(False, "--no-remeasure", help="skip the fresh-server re-measurements (noise floor, front candidates)"),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug logs"),
 ) -> None:
     """Tune a space: launch real servers, probe them, keep the evidence under runs/<study>/."""
@@ -70,9 +74,15 @@ def run(
         echo(f"  trial size from parameter {hw.per_trial!r}: partitions packed first-fit per trial")
     if already := driver.finished():
         echo(f"resuming: {already} trials already finished")
+    plan = the_space.remeasure if the_space.remeasure.enabled and not no_remeasure else None
     previous = {sig: signal.signal(sig, lambda s, f: driver.request_stop(f"stopped by {signal.Signals(s).name}")) for sig in _SIGNALS} if executor == "ray" else {}
     try:
+        if plan is not None and NOISE not in the_study.user_attrs and plan.reference_runs:
+            echo(f"noise floor: the reference config on {plan.reference_runs} fresh server(s) before the search")
+            measure_reference(the_study, the_space, objective, run_dir, runner, runs=plan.reference_runs, ledger=ledger, on_run=_remeasured)
         summary = driver.run()
+        if plan is not None and not driver.stop_requested:
+            _remeasure_front(the_study, the_space, objective, run_dir, runner, ledger, plan, budget)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -83,6 +93,21 @@ def run(
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _remeasure_front(study, space, objective, run_dir, runner, ledger, plan, budget) -> None:  # noqa: ANN001
+    """The front candidates and the reference again on fresh servers, interleaved."""
+    front = len(pareto_front(candidates(study), signs(study)))
+    top, repeats = plan.plan(budget, front)
+    if not top:
+        echo("\nre-measure: no budget share left for the front candidates (remeasure.share)")
+        return
+    echo(f"\nre-measure: {top} front candidate(s) and the reference, {repeats} more fresh server(s) each, interleaved")
+    revalidate(study, space, objective, run_dir, runner, top=top, repeats=repeats, ledger=ledger, on_run=_remeasured)
+
+
+def _remeasured(label: str, repeat: int, text: str) -> None:
+    echo(f"  {label} run {repeat + 1}: {text}")
 
 
 def _executor(kind: str, space: spaces.SearchSpace, address: str | None, ledger: Ledger) -> Executor:

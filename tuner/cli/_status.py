@@ -7,6 +7,8 @@ import pandas as pd
 import typer
 
 from tuner.cli._common import echo, open_existing
+from tuner.noise import NOISE, is_noisy
+from tuner.pick import candidates, objective_metrics, pareto_front, pick, signs, study_floor
 from tuner.table import trials_frame
 
 
@@ -29,6 +31,35 @@ def print_table(study: optuna.Study) -> None:
     shown.columns = [c.removeprefix("param.") for c in shown.columns]
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
         echo(shown.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    best = [t.number for t in study.best_trials]
     counts = frame["state"].value_counts().to_dict()
-    echo(f"\ntrials by state: {counts}; best (Pareto front, feasible): {best or 'none yet'}")
+    echo(f"\ntrials by state: {counts}")
+    print_noise(study)
+    print_best(study)
+
+
+def print_best(study: optuna.Study) -> None:
+    """The noise-aware front and the knee: the same winner export, pareto and report name."""
+    names = objective_metrics(study)
+    items = candidates(study)
+    if not items:
+        echo("best: none yet (no complete, feasible trial)")
+        return
+    front = sorted(pareto_front(items, signs(study)), key=lambda c: c.number)
+    echo(f"front (feasible, within-noise ties kept): trials {', '.join(str(c.number) for c in front)}")
+    for c in front:
+        echo(f"  {c.describe(names)}")
+    echo(f"pick (knee): {pick(study, 'knee').describe(names)}")
+
+
+def print_noise(study: optuna.Study) -> None:
+    noise = study.user_attrs.get(NOISE)
+    floor = study_floor(study, [is_noisy(m) for m in objective_metrics(study)])
+    if not floor.known:
+        echo("noise floor: not measured (fewer than two fresh-server runs of any config); ties use the probe's own CI")
+        return
+    runs = len(noise["runs"]) if noise else 0
+    text = f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {objective_metrics(study)[0]} between fresh servers ({floor.dof} degrees of freedom"
+    text += f"; reference config measured {runs} times)" if runs else ")"
+    if noise and noise.get("drift") is not None:
+        text += f"; DRIFT: the reference moved {noise['drift']:+.1%} from the start of the run to its end"
+    echo(text)

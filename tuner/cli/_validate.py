@@ -6,7 +6,9 @@ import typer
 
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, open_existing, stored_space
+from tuner.executors import InlineExecutor
 from tuner.objectives import ObjectiveSet
+from tuner.pick import objective_metrics, pick
 from tuner.validate import revalidate
 
 
@@ -19,24 +21,28 @@ def validate(
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
     the_study = open_existing(study, storage)
     objective = ObjectiveSet.model_validate(the_study.user_attrs["tuner.objectives"])
-    names = the_study.metric_names or objective.metric_names
     results = revalidate(
         the_study,
         stored_space(the_study),
         objective,
-        RunDir.for_study(study),
+        RunDir.for_study(the_study.study_name),
+        InlineExecutor(),
         top=top,
         repeats=repeats,
-        on_run=lambda n, r, text: echo(f"trial {n} run {r + 1}/{repeats}: {text}"),
+        on_run=lambda label, r, text: echo(f"{label} run {r + 1}/{repeats}: {text}"),
     )
     echo("")
+    names = objective_metrics(the_study)
     for res in results:
         if not res.runs:
             echo(f"trial {res.trial}: every re-run failed: {res.failures[0]}")
             continue
+        spread = res.spread or (None,) * len(names)
         parts = [
-            f"{name} {orig:,.1f} -> {mean:,.1f} (spread {spread:.1%}, change {change:+.1%})"
-            for name, orig, mean, spread, change in zip(names, res.original, res.mean, res.spread, res.change, strict=True)
+            f"{name} {orig:,.1f} -> mean {mean:,.1f} over {len(res.all_runs)} runs (spread {s:.1%}, change {change:+.1%})"
+            for name, orig, mean, s, change in zip(names, res.original, res.mean, spread, res.change, strict=True)
         ]
         failed = f"; {len(res.failures)} failed re-run(s)" if res.failures else ""
         echo(f"trial {res.trial}: " + "; ".join(parts) + failed)
+    chosen = pick(the_study, "knee")
+    echo(f"\npick (knee): {chosen.describe(names)}")

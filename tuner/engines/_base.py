@@ -64,6 +64,8 @@ def render_flag(name: str, value: Any) -> list[str]:
         return [flag, json.dumps(value, separators=(",", ":"))]
     if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
         value = int(value)
+    if isinstance(value, float):
+        return [flag, f"{value:.10g}"]  # 0.9000000000000001 (a sampler's step arithmetic) -> 0.9
     return [flag, str(value)]
 
 

@@ -1,5 +1,8 @@
 """Load probe: streamed OpenAI-compatible requests at a sweep of concurrency levels.
 
+Every request carries a prompt the server has not seen, of exactly the asked length (see
+``_prompts``); throughput is counted in a steady-state window with a batch-means CI (``_window``).
+
 Token counts come from the server's ``usage`` (``stream_options.include_usage``); the client's
 own count of streamed content chunks is kept beside it and a mismatch over 1 % is flagged.
 Failed requests are counted as errors and excluded from every latency.
@@ -10,15 +13,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from tuner.probes._base import Probe, ServerHandle
+from tuner.probes._prompts import PromptMaker, one_token_words
 from tuner.probes._stats import percentiles
-from tuner.probes._tokens import Tokenizer, filler_words
+from tuner.probes._tokens import Tokenizer
+from tuner.probes._window import batch_means
 from tuner.records import ProbeResult
 from tuner.space._model import LoadProbeSpec
 
@@ -30,6 +37,9 @@ LATENCIES = ("ttft", "tpot", "itl", "e2e")
 PCTS = (50, 90, 99)
 LEVEL_METRICS = (
     "output_tok_s",
+    "output_tok_s_ci",
+    "window_s",
+    "cache_hit_rate",
     "total_tok_s",
     "req_s",
     "error_rate",
@@ -42,29 +52,52 @@ SATURATION_GAIN = 0.05
 
 @dataclass
 class RequestRecord:
+    """One request as the client saw it. ``stamps``: arrival time of each streamed content chunk."""
+
     ok: bool
     started: float
     ttft: float | None = None
     e2e: float | None = None
-    gaps: list[float] = field(default_factory=list)
-    chunks: int = 0
+    stamps: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
     error: str | None = None
+    cancelled: bool = False
+
+    @property
+    def chunks(self) -> int:
+        return len(self.stamps)
+
+    @property
+    def ended(self) -> float | None:
+        return None if self.e2e is None else self.started + self.e2e
+
+    @property
+    def gaps(self) -> list[float]:
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+
+    @property
+    def tokens_per_chunk(self) -> float:
+        """The server's token count over the client's chunk count (1.0 without usage)."""
+        if self.completion_tokens and self.stamps:
+            return self.completion_tokens / len(self.stamps)
+        return 1.0
 
 
 async def stream_request(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], rec: RequestRecord | None = None
 ) -> RequestRecord:
-    """One streamed request; never raises for a failed request, records it instead."""
-    started = time.perf_counter()
-    rec = RequestRecord(ok=False, started=started)
-    last = started
+    """One streamed request; never raises for a failed request, records it instead.
+
+    Pass ``rec`` to watch a request while it streams (its ``stamps`` grow as tokens arrive)."""
+    rec = rec or RequestRecord(ok=False, started=time.perf_counter())
+    rec.started = time.perf_counter()
     try:
         async with client.stream("POST", url, json=body, headers=headers) as reply:
             if reply.status_code != 200:
                 rec.error = f"HTTP {reply.status_code}: {(await reply.aread()).decode(errors='replace')[:200]}"
-                return rec
+                return _ended(rec)
             async for line in reply.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -74,27 +107,39 @@ async def stream_request(
                 event = json.loads(data)
                 if event.get("error"):
                     rec.error = f"stream error: {str(event['error'])[:200]}"
-                    return rec
-                if _has_content(event):
-                    now = time.perf_counter()
-                    if rec.ttft is None:
-                        rec.ttft = now - started
-                    else:
-                        rec.gaps.append(now - last)
-                    last = now
-                    rec.chunks += 1
-                usage = event.get("usage")
-                if usage:
-                    rec.prompt_tokens = usage.get("prompt_tokens")
-                    rec.completion_tokens = usage.get("completion_tokens")
+                    return _ended(rec)
+                _read_event(rec, event)
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         rec.error = f"{type(exc).__name__}: {exc}"[:200]
-        return rec
-    rec.e2e = time.perf_counter() - started
+        return _ended(rec)
+    _ended(rec)
     rec.ok = rec.ttft is not None
     if not rec.ok:
         rec.error = "stream ended without any token"
     return rec
+
+
+def _ended(rec: RequestRecord) -> RequestRecord:
+    rec.e2e = time.perf_counter() - rec.started
+    return rec
+
+
+def _read_event(rec: RequestRecord, event: dict[str, Any]) -> None:
+    if _has_content(event):
+        now = time.perf_counter()
+        if rec.ttft is None:
+            rec.ttft = now - rec.started
+        rec.stamps.append(now)
+    usage = event.get("usage")
+    if usage:
+        rec.prompt_tokens = usage.get("prompt_tokens")
+        rec.completion_tokens = usage.get("completion_tokens")
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is not None:
+            rec.cached_tokens = int(cached)
+    timings = event.get("timings")  # llama.cpp: cache_n prompt tokens reused from the slot's cache
+    if timings and timings.get("cache_n") is not None:
+        rec.cached_tokens = int(timings["cache_n"])
 
 
 def _has_content(event: dict[str, Any]) -> bool:
@@ -105,13 +150,23 @@ def _has_content(event: dict[str, Any]) -> bool:
 
 
 class LoadProbe(Probe):
+    """Closed loop at constant concurrency, measured in a steady-state window.
+
+    Each level runs ``concurrency`` clients that send a new request the moment their last one
+    ends; their first requests are staggered in length so the clients desynchronize. The window
+    opens once every client has finished ``warmup`` requests (at least one full wave: the ramp's
+    burst of prefills is behind), lasts ``duration`` and is extended until the
+    95 % CI of output tok/s is within ``ci_target`` of the mean or ``max_duration`` is reached.
+    Then the clients stop and requests still in flight are cancelled: the drain is never counted.
+    """
+
     name = "load"
     spec: LoadProbeSpec
 
     @classmethod
     def metric_names(cls, spec: LoadProbeSpec) -> set[str]:
         names = {f"{m}@{c}" for m in LEVEL_METRICS for c in spec.concurrency}
-        names |= set(LEVEL_METRICS) | {"token_mismatch"}
+        names |= set(LEVEL_METRICS) | {"token_mismatch", "output_tok_s_ci_rel"}
         return names
 
     def run(self, server: ServerHandle) -> ProbeResult:
@@ -123,31 +178,33 @@ class LoadProbe(Probe):
         limits = httpx.Limits(max_connections=max(levels) + 4, max_keepalive_connections=max(levels) + 4)
         timeout = httpx.Timeout(spec.request_timeout, connect=10.0)
         async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-            prompts = await self._prompts(client, server, spec.warmup + spec.requests * len(levels))
-            warm = [await stream_request(client, *self._request(server, p)) for p in prompts[: spec.warmup]]
-            if spec.warmup and not any(r.ok for r in warm):
-                logger.warning("every warmup request failed: %s", warm[0].error)
-            queue = prompts[spec.warmup :]
+            prompts = await self._prompts(client, server)
             results: dict[int, dict[str, Any]] = {}
             stop_reason = "completed"
             for level in levels:
-                batch, queue = queue[: spec.requests], queue[spec.requests :]
-                results[level] = await self._level(client, server, batch, level)
+                results[level] = await self._level(client, server, prompts, level)
                 stop_reason = _stop_reason(results, level, spec.target_concurrency)
                 if stop_reason != "completed":
                     break
         return self._result(results, stop_reason)
 
-    async def _prompts(self, client: httpx.AsyncClient, server: ServerHandle, count: int) -> list[str]:
+    async def _prompts(self, client: httpx.AsyncClient, server: ServerHandle) -> Callable[[int], str]:
+        """The i-th request's prompt: fresh (never seen by the server) and of the asked length."""
         if self.spec.dataset:
-            return _dataset_prompts(self.spec.dataset, count)
+            return _dataset_prompts(self.spec.dataset)
         tokenizer = Tokenizer(client, server.url, server.model)
-        target = self.spec.prompt_tokens
-        words = filler_words(target * 2 + 16, seed=0)
-        text, tokens = await tokenizer.fit(lambda n: " ".join(words[:n]), target)
-        logger.debug("prompt of %d tokens (asked %d)", tokens, target)
-        # Distinct prefixes defeat prompt caching between requests; the rest stays the same length.
-        return [f"{i % 10}{text}" for i in range(count)]
+        maker = PromptMaker(await one_token_words(tokenizer), self.spec.prompt_tokens, prefix_tokens=self.spec.prefix_tokens)
+        probe = maker.make(-1)
+        url, body, headers = self._request(server, probe)
+        rec = await stream_request(client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers)
+        if rec.prompt_tokens is None:
+            logger.warning("the server reports no usage.prompt_tokens: prompt lengths are not checked (%s)", rec.error)
+            maker.calibrate(maker.body_words, await tokenizer.count(probe))
+        else:
+            maker.calibrate(maker.body_words + len(maker._prefix), rec.prompt_tokens)
+        logger.debug("prompts: %d words + %d tokens of overhead = %d", maker.body_words, maker.overhead, maker.asked)
+        self._asked_prompt = maker.asked
+        return maker.make
 
     def _request(self, server: ServerHandle, prompt: str) -> tuple[str, dict[str, Any], dict[str, str]]:
         n = self.spec.output_tokens
@@ -167,22 +224,80 @@ class LoadProbe(Probe):
         return f"{server.url}/v1/completions", body, server.headers
 
     async def _level(
-        self, client: httpx.AsyncClient, server: ServerHandle, prompts: list[str], concurrency: int
+        self, client: httpx.AsyncClient, server: ServerHandle, prompt: Callable[[int], str], concurrency: int
     ) -> dict[str, Any]:
-        pending = list(reversed(prompts))
+        spec = self.spec
         records: list[RequestRecord] = []
+        finished = [0] * concurrency
+        warmed = asyncio.Event()
+
+        async def client_loop(slot: int) -> None:
+            # The first request of client i asks for (i+1)/C of the output: the clients finish it
+            # spread over one request's lifetime, so the loop runs desynchronized, as real traffic
+            # does, instead of in waves of C prefills then C decodes (which no window smooths).
+            first = max(1, -(-spec.output_tokens * (slot + 1) // concurrency))
+            while True:
+                rec = RequestRecord(ok=False, started=time.perf_counter())
+                records.append(rec)
+                url, body, headers = self._request(server, prompt(self._next()))
+                if first:
+                    body = {**body, "max_tokens": first, "min_tokens": first}
+                    first = 0
+                try:
+                    await stream_request(client, url, body, headers, rec=rec)
+                except asyncio.CancelledError:
+                    rec.cancelled = True
+                    raise
+                finished[slot] += 1
+                if min(finished) >= max(1, spec.warmup):
+                    warmed.set()
+
+        counters = await prefix_cache_counters(client, server)
         began = time.perf_counter()
-        until = began + self.spec.duration if self.spec.duration else None
+        tasks = [asyncio.create_task(client_loop(i)) for i in range(concurrency)]
+        try:
+            try:
+                await asyncio.wait_for(warmed.wait(), timeout=spec.request_timeout * max(1, spec.warmup))
+            except TimeoutError:
+                logger.warning("level %d: warmup did not complete a full wave in time; measuring anyway", concurrency)
+            start = time.perf_counter()
+            end, ci = await self._measure(records, start)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        summary = summarize(records, start, end, spec.batches, spec.output_tokens, getattr(self, "_asked_prompt", None))
+        summary.update(warmup_s=start - began, ci_target_met=ci)
+        after = await prefix_cache_counters(client, server)
+        if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
+            summary["cache_hit_rate"] = (after[1] - counters[1]) / (after[0] - counters[0])  # the level, warmup included
+            summary["cache_hit_rate_source"] = "/metrics"
+        return summary
 
-        async def worker() -> None:
-            while pending and (until is None or time.perf_counter() < until):
-                prompt = pending.pop()
-                if until is not None:
-                    pending.insert(0, prompt)  # a timed level cycles through its prompts
-                records.append(await stream_request(client, *self._request(server, prompt)))
+    async def _measure(self, records: list[RequestRecord], start: float) -> tuple[float, bool]:
+        """Wait out the window, extending it until the CI target or the cap; returns (end, met)."""
+        spec = self.spec
+        end = start + spec.duration
+        step = max(spec.duration / 4, 0.5)
+        while True:
+            await asyncio.sleep(max(0.0, end - time.perf_counter()))
+            now = time.perf_counter()
+            window = batch_means([(r.stamps, r.tokens_per_chunk) for r in records], start, now, batch_count(records, now - start, spec.batches))
+            rel = window.relative_half_width
+            done = [r for r in records if r.ended is not None and start <= r.ended < now]
+            errors = sum(1 for r in done if not r.ok)
+            if done and errors / len(done) > MAX_ERROR_RATE and errors >= 2:
+                return now, False  # failing, not slow: no point in measuring longer
+            enough = len([r for r in done if r.ok]) >= (spec.requests or 0)
+            if rel is not None and rel <= spec.ci_target and enough:
+                return now, True
+            if now - start >= spec.max_duration:
+                return now, False
+            end = min(now + step, start + spec.max_duration)
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return summarize(records, time.perf_counter() - began, self.spec.output_tokens)
+    def _next(self) -> int:
+        self._counter = getattr(self, "_counter", -1) + 1
+        return self._counter
 
     def _result(self, levels: dict[int, dict[str, Any]], stop_reason: str) -> ProbeResult:
         metrics: dict[str, float] = {}
@@ -191,35 +306,57 @@ class LoadProbe(Probe):
         target = levels.get(self.spec.target_concurrency)
         if target is not None:
             metrics.update({m: target[m] for m in LEVEL_METRICS if target.get(m) is not None})
+            if target["output_tok_s"] > 0 and target.get("output_tok_s_ci") is not None:
+                metrics["output_tok_s_ci_rel"] = target["output_tok_s_ci"] / target["output_tok_s"]
         mismatch = any(s["token_mismatch"] for s in levels.values())
         metrics["token_mismatch"] = float(mismatch)
         details = {"levels": {str(k): v for k, v in levels.items()}, "stop_reason": stop_reason}
         return ProbeResult(self.name, metrics, details)
 
 
-def summarize(records: list[RequestRecord], wall: float, expected_output: int) -> dict[str, Any]:
-    """Level figures. Only successful requests count toward tokens and latencies."""
-    ok = [r for r in records if r.ok]
-    errors = [r for r in records if not r.ok]
+def summarize(
+    records: list[RequestRecord],
+    start: float,
+    end: float,
+    batches: int,
+    expected_output: int,
+    asked_prompt: int | None = None,
+) -> dict[str, Any]:
+    """Level figures over the window ``[start, end)``.
+
+    Output tokens count where their stream stamps fall (batch means over ``batches`` sub-windows
+    give the CI). Requests count where they ended: only those that ended inside the window give
+    latencies (with their sample counts) and the error rate; cancelled requests (in flight when the
+    window closed) never count as errors."""
+    window = batch_means([(r.stamps, r.tokens_per_chunk) for r in records], start, end, batch_count(records, end - start, batches))
+    seconds = max(end - start, 1e-9)
+    ended = [r for r in records if not r.cancelled and _ended_in(r, start, end)]
+    ok = [r for r in ended if r.ok]
+    errors = [r for r in ended if not r.ok]
     out_tokens = sum(r.completion_tokens if r.completion_tokens is not None else r.chunks for r in ok)
-    in_tokens = sum(r.prompt_tokens or 0 for r in ok)
+    prefilled = [r for r in records if r.ttft is not None and start <= r.started + r.ttft < end]
+    in_tokens = sum(r.prompt_tokens or asked_prompt or 0 for r in prefilled)
     client_tokens = sum(r.chunks for r in ok)
-    server_known = all(r.completion_tokens is not None for r in ok)
     summary: dict[str, Any] = {
-        "requests": len(records),
+        "window_s": window.seconds,
+        "batches": len(window.rates),
+        "requests": len(ended),
         "errors": float(len(errors)),
-        "error_rate": len(errors) / len(records) if records else 1.0,
+        "error_rate": len(errors) / len(ended) if ended else 0.0,
         "first_error": errors[0].error if errors else None,
-        "wall_s": wall,
+        "first_error_at_s": (errors[0].ended or errors[0].started) - start if errors else None,
         "output_tokens": out_tokens,
         "prompt_tokens": in_tokens,
         "client_output_tokens": client_tokens,
-        "usage_reported": server_known,
+        "usage_reported": all(r.completion_tokens is not None for r in ok),
         "token_mismatch": bool(out_tokens) and abs(client_tokens - out_tokens) / out_tokens > 0.01,
         "short_outputs": sum(1 for r in ok if (r.completion_tokens or r.chunks) < expected_output),
-        "output_tok_s": out_tokens / wall if wall > 0 else 0.0,
-        "total_tok_s": (out_tokens + in_tokens) / wall if wall > 0 else 0.0,
-        "req_s": len(ok) / wall if wall > 0 else 0.0,
+        "output_tok_s": window.mean,
+        "output_tok_s_ci": window.half_width,
+        "batch_rates": list(window.rates),
+        "total_tok_s": window.mean + in_tokens / seconds,
+        "req_s": len(ok) / seconds,
+        **_prompt_figures(ok, asked_prompt),
     }
     samples = {
         "ttft": [r.ttft for r in ok if r.ttft is not None],
@@ -232,9 +369,63 @@ def summarize(records: list[RequestRecord], wall: float, expected_output: int) -
         ],
     }
     for name, values in samples.items():
+        summary[f"{name}_n"] = len(values)
         for p, value in percentiles(values, PCTS).items():
             summary[f"{name}_p{p}"] = value
     return summary
+
+
+_PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+_PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
+
+
+async def prefix_cache_counters(client: httpx.AsyncClient, server: ServerHandle) -> tuple[float, float] | None:
+    """(prefix-cache queries, hits) in tokens from the engine's /metrics (vLLM), or None."""
+    try:
+        reply = await client.get(f"{server.url}/metrics", headers=server.headers, timeout=5.0)
+    except httpx.HTTPError:
+        return None
+    if reply.status_code != 200:
+        return None
+    queries = hits = 0.0
+    found = False
+    for line in reply.text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _PREFIX_QUERIES or name in _PREFIX_HITS:
+            found = True
+            value = float(line.rsplit(" ", 1)[-1])
+            if name in _PREFIX_QUERIES:
+                queries += value
+            else:
+                hits += value
+    return (queries, hits) if found else None
+
+
+def batch_count(records: list[RequestRecord], seconds: float, cap: int) -> int:
+    """Sub-windows at least one request lifetime (median E2E) wide, at most ``cap``, at least 2:
+    narrower batches see the phases of single requests (a prefill stalls decode) and their rates
+    are correlated, which makes a batch-means CI too wide or too narrow."""
+    lifetimes = sorted(r.e2e for r in records if r.ok and r.e2e)
+    if not lifetimes:
+        return cap
+    return max(2, min(cap, int(seconds / lifetimes[len(lifetimes) // 2])))
+
+
+def _ended_in(rec: RequestRecord, start: float, end: float) -> bool:
+    return rec.ended is not None and start <= rec.ended < end
+
+
+def _prompt_figures(ok: list[RequestRecord], asked: int | None) -> dict[str, Any]:
+    """How exact the prompt lengths were, and how much of them the server served from its cache."""
+    counted = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+    cached = [(r.cached_tokens, r.prompt_tokens) for r in ok if r.cached_tokens is not None and r.prompt_tokens]
+    figures: dict[str, Any] = {
+        "prompt_tokens_min": min(counted) if counted else None,
+        "prompt_tokens_max": max(counted) if counted else None,
+        "prompt_tokens_exact": (sum(1 for c in counted if c == asked) / len(counted)) if counted and asked else None,
+        "cache_hit_rate": sum(c for c, _ in cached) / sum(p for _, p in cached) if cached else None,
+    }
+    return figures
 
 
 def _stop_reason(results: dict[int, dict[str, Any]], level: int, target: int) -> str:
@@ -252,8 +443,9 @@ def _stop_reason(results: dict[int, dict[str, Any]], level: int, target: int) ->
     return "completed"
 
 
-def _dataset_prompts(path: str, count: int) -> list[str]:
-    """Prompts from a JSONL file ({"prompt": ...} or {"messages": [...]}), cycled to ``count``."""
+def _dataset_prompts(path: str) -> Callable[[int], str]:
+    """Prompts from a JSONL file ({"prompt": ...} or {"messages": [...]}), cycled; each carries a
+    fresh random nonce first, so a prompt the dataset repeats is still new to the server's cache."""
     texts = []
     with open(path) as f:
         for line in f:
@@ -264,4 +456,12 @@ def _dataset_prompts(path: str, count: int) -> list[str]:
                     texts.append(text)
     if not texts:
         raise ValueError(f"{path}: no prompts (each line needs 'prompt' or 'messages')")
-    return [texts[i % len(texts)] for i in range(count)]
+
+    def prompt(i: int) -> str:
+        nonce = " ".join(random.Random(f"dataset-{i}").choices(_NONCE_WORDS, k=8))
+        return f"[{nonce}]\n{texts[i % len(texts)]}"
+
+    return prompt
+
+
+_NONCE_WORDS = "amber basil cedar delta ember fjord garnet hazel indigo jasper kestrel lilac maple nectar onyx pearl".split()

@@ -21,6 +21,7 @@ __all__ = [
     "Parameter",
     "ProbesSpec",
     "RecallProbeSpec",
+    "RemeasureSpec",
     "SamplerSpec",
     "SearchSpace",
     "ServerSpec",
@@ -149,13 +150,26 @@ class ServerSpec(_Strict):
 
 
 class LoadProbeSpec(_Strict):
+    """A closed loop per concurrency level, measured in a steady-state window (see probes.load).
+
+    ``duration``: the shortest window; ``max_duration``: the longest, extended toward it until
+    the 95 % CI half-width of output tok/s is within ``ci_target`` of the mean. ``warmup``:
+    requests each client finishes before the window opens (>= 1: one full wave). ``requests``:
+    an optional floor of requests finished inside the window. ``prefix_tokens``: leading tokens
+    shared by every prompt (a shared-prefix workload on purpose; 0: every prompt is new).
+    """
+
     api: Literal["completions", "chat"] = "completions"
     concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], min_length=1)
     target: int | None = Field(None, ge=1)
     prompt_tokens: int = Field(128, ge=1)
     output_tokens: int = Field(64, ge=1)
-    requests: int = Field(8, ge=1)
-    duration: float | None = None
+    prefix_tokens: int = Field(0, ge=0)
+    requests: int | None = Field(None, ge=1)
+    duration: float = Field(30.0, gt=0)
+    max_duration: float = Field(120.0, gt=0)
+    ci_target: float = Field(0.02, gt=0, lt=1)
+    batches: int = Field(10, ge=2, le=100)
     warmup: int = Field(1, ge=0)
     request_timeout: float = 120.0
     dataset: str | None = None
@@ -165,10 +179,10 @@ class LoadProbeSpec(_Strict):
     def _duration(cls, v: Any) -> float:
         return parse_duration(v)
 
-    @field_validator("duration", mode="before")
+    @field_validator("duration", "max_duration", mode="before")
     @classmethod
-    def _level_duration(cls, v: Any) -> float | None:
-        return None if v is None else parse_duration(v)
+    def _level_duration(cls, v: Any) -> float:
+        return 30.0 if v is None else parse_duration(v)  # None: a space stored before levels were timed
 
     _check_dataset = field_validator("dataset")(classmethod(lambda cls, v: v if v is None else check_path(v)))
 
@@ -176,6 +190,10 @@ class LoadProbeSpec(_Strict):
     def _target_in_levels(self) -> LoadProbeSpec:
         if self.target is not None and self.target not in self.concurrency:
             raise ValueError(f"target {self.target} is not one of concurrency {self.concurrency}")
+        if self.max_duration < self.duration:
+            raise ValueError(f"max_duration ({self.max_duration:g}s) is shorter than duration ({self.duration:g}s)")
+        if self.prefix_tokens >= self.prompt_tokens:
+            raise ValueError(f"prefix_tokens ({self.prefix_tokens}) must be less than prompt_tokens ({self.prompt_tokens})")
         return self
 
     @property
@@ -256,6 +274,27 @@ class Hardware(_Strict):
         return self
 
 
+class RemeasureSpec(_Strict):
+    """Fresh-server re-measurement around a run (see tuner.validate): the reference config
+    ``reference_runs`` times at the start (the noise floor), then the ``top`` front candidates and
+    the reference ``repeats`` times each at the end, interleaved. ``share`` caps these extra
+    launches at that fraction of the trial budget (the top candidates are cut first)."""
+
+    enabled: bool = True
+    share: float = Field(0.5, ge=0.0, le=2.0)
+    reference_runs: int = Field(1, ge=0)
+    top: int = Field(3, ge=1)
+    repeats: int = Field(1, ge=1)
+
+    def plan(self, trials: int, front: int) -> tuple[int, int]:
+        """(top, repeats) for the end of a run, within the budget share left after the start."""
+        left = int(self.share * trials) - self.reference_runs
+        top = min(self.top, front)
+        while top > 0 and (top + 1) * self.repeats > left:
+            top -= 1
+        return top, (self.repeats if top > 0 else 0)
+
+
 class SamplerSpec(_Strict):
     name: Literal["tpe", "nsga2", "random", "gp"] = "tpe"
     seed: int | None = 0
@@ -280,6 +319,7 @@ class SearchSpace(_Strict):
     budget: Budget = Field(default_factory=Budget)
     hardware: Hardware = Field(default_factory=Hardware)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    remeasure: RemeasureSpec = Field(default_factory=RemeasureSpec)
 
     @field_validator("parameters")
     @classmethod

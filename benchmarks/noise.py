@@ -1,0 +1,171 @@
+"""Benchmark: how repeatable the load probe's throughput is, measured in one run.
+
+    fresh      one config on N fresh servers (each started, probed at the target concurrency,
+               stopped): (max-min)/mean of output tok/s, and calibration: how many of the N
+               runs' reported 95 % CIs cover the mean of all N.
+    windows    M windows on one running server: (max-min)/mean.
+    neighbour  (2+ devices) the same config on partition 0 alone vs while partition 1 serves
+               the same config under load, interleaved A B A B ...: difference of the means.
+
+    python benchmarks/noise.py --space cpu-llamacpp --fresh 5 --windows 5
+    python benchmarks/noise.py --space h200-vllm --params '{"max-model-len": 4096}' --fresh 5 --neighbour 2
+
+Params default to the space's first enqueued config (else each parameter's first choice/low);
+``--params`` overrides some of them. ``--json FILE`` keeps every number (the committed data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tuner import space as spaces  # noqa: E402
+from tuner.partitions import make_partitions  # noqa: E402
+from tuner.probes import LoadProbe  # noqa: E402
+from tuner.trial import _pinned, run_trial, serve  # noqa: E402
+
+
+def default_params(space: spaces.SearchSpace) -> dict[str, Any]:
+    if space.enqueue:
+        return dict(space.enqueue[0])
+    return {name: getattr(p, "choices", [None])[0] if p.type == "categorical" else p.low for name, p in space.parameters.items()}
+
+
+def target_only(space: spaces.SearchSpace, **load: Any) -> spaces.SearchSpace:
+    """The space with the load probe at its target concurrency only, and no other probe."""
+    spec = space.probes.load
+    assert spec is not None, "the space has no load probe"
+    spec = spec.model_copy(update={"concurrency": [spec.target_concurrency], "target": spec.target_concurrency, **load})
+    return space.model_copy(update={"probes": space.probes.model_copy(update={"load": spec, "recall": None, "overload": None})})
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.fmean(values) if len(values) > 1 else float("nan")
+
+
+def level(result: Any) -> dict[str, float]:
+    m = result.metrics
+    return {"tok_s": m["output_tok_s"], "ci": m.get("output_tok_s_ci", float("nan")), "window_s": m.get("window_s", 0.0)}
+
+
+def fresh(space: spaces.SearchSpace, params: dict, n: int, tmp: Path) -> list[dict[str, float]]:
+    partition = make_partitions(space.hardware.kind, space.hardware.devices, _size(space, params))[0]
+    runs = []
+    for i in range(n):
+        outcome = run_trial(space, params, tmp / f"fresh-{i}", partition)
+        row = level(outcome.probes[0])
+        row["startup_s"] = outcome.timings.startup_s
+        runs.append(row)
+        print(f"fresh server {i + 1}/{n}: {row['tok_s']:,.1f} tok/s +- {row['ci']:,.1f} (window {row['window_s']:.0f}s, start {row['startup_s']:.0f}s)", flush=True)
+    return runs
+
+
+def windows_and_neighbour(space: spaces.SearchSpace, params: dict, windows: int, neighbour: int, tmp: Path) -> dict[str, Any]:
+    """M windows on one server; then, with a second partition, alone (A) vs beside a busy neighbour (B)."""
+    size = _size(space, params)
+    parts = make_partitions(space.hardware.kind, space.hardware.devices, size)
+    probe = LoadProbe(space.probes.load)
+    result: dict[str, Any] = {"windows": [], "alone": [], "beside_busy": []}
+    with serve(space, params, tmp / "windows", parts[0]) as main:
+        for i in range(windows):
+            with _pinned(parts[0].client_cpus):
+                row = level(probe.run(main.handle))
+            result["windows"].append(row)
+            print(f"window {i + 1}/{windows} on one server: {row['tok_s']:,.1f} tok/s +- {row['ci']:,.1f}", flush=True)
+        if neighbour and len(parts) > 1:
+            print(f"partitions: {parts[0].describe()} | {parts[1].describe()}", flush=True)
+            with serve(space, params, tmp / "neighbour", parts[1]) as other:
+                for i in range(neighbour):
+                    for label in ("alone", "beside_busy"):
+                        row = _measure_beside(probe, main, other, parts, busy=label == "beside_busy")
+                        result[label].append(row)
+                        print(f"round {i + 1}/{neighbour} {label}: {row['tok_s']:,.1f} tok/s +- {row['ci']:,.1f}", flush=True)
+    return result
+
+
+def _measure_beside(probe: LoadProbe, main: Any, other: Any, parts: list, *, busy: bool) -> dict[str, float]:
+    if not busy:
+        with _pinned(parts[0].client_cpus):
+            return level(probe.run(main.handle))
+    spec = probe.spec
+    # The neighbour's level outlasts ours: its warmup, then at least our longest window.
+    busy_probe = LoadProbe(spec.model_copy(update={"duration": spec.max_duration + 30, "max_duration": spec.max_duration + 30}))
+
+    def load() -> None:
+        with _pinned(parts[1].client_cpus):
+            busy_probe.run(other.handle)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    time.sleep(min(20.0, spec.duration))  # the neighbour's ramp is behind us
+    with _pinned(parts[0].client_cpus):
+        row = level(probe.run(main.handle))
+    thread.join()
+    return row
+
+
+def _size(space: spaces.SearchSpace, params: dict) -> int:
+    per = space.hardware.per_trial
+    return int(params[per]) if isinstance(per, str) else per
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--space", default="cpu-llamacpp")
+    ap.add_argument("--params", default="{}", help="JSON object overriding the default params")
+    ap.add_argument("--fresh", type=int, default=5)
+    ap.add_argument("--windows", type=int, default=5)
+    ap.add_argument("--neighbour", type=int, default=0, help="rounds of alone / beside a busy neighbour")
+    ap.add_argument("--duration", type=float, help="override the level's shortest window (s)")
+    ap.add_argument("--max-duration", type=float, help="override the level's longest window (s)")
+    ap.add_argument("--json", type=Path, help="write every number here")
+    args = ap.parse_args(argv)
+    base, _ = spaces.load(args.space)
+    overrides = {k: v for k, v in (("duration", args.duration), ("max_duration", args.max_duration)) if v is not None}
+    space = target_only(base, **overrides)
+    params = {**default_params(base), **json.loads(args.params)}
+    spec = space.probes.load
+    print(f"{args.space}: {params}; C={spec.target_concurrency}, {spec.prompt_tokens} in / {spec.output_tokens} out, "
+          f"window {spec.duration:g}-{spec.max_duration:g}s, CI target {spec.ci_target:.0%}", flush=True)
+    report: dict[str, Any] = {"space": args.space, "params": params, "spec": spec.model_dump()}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.fresh:
+            report["fresh"] = fresh(space, params, args.fresh, Path(tmp))
+        if args.windows or args.neighbour:
+            report.update(windows_and_neighbour(space, params, args.windows, args.neighbour, Path(tmp)))
+    summarize(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def summarize(report: dict[str, Any]) -> None:
+    if runs := report.get("fresh"):
+        values = [r["tok_s"] for r in runs]
+        mean = statistics.fmean(values)
+        covered = sum(1 for r in runs if abs(r["tok_s"] - mean) <= r["ci"])
+        report["fresh_spread"] = spread(values)
+        report["fresh_coverage"] = covered / len(runs)
+        print(f"fresh servers: n={len(values)}, mean {mean:,.1f} tok/s, (max-min)/mean {spread(values):.1%}; "
+              f"reported 95 % CIs covering the mean of all: {covered}/{len(runs)}")
+    if rows := report.get("windows"):
+        values = [r["tok_s"] for r in rows]
+        report["windows_spread"] = spread(values)
+        print(f"windows on one server: n={len(values)}, mean {statistics.fmean(values):,.1f} tok/s, (max-min)/mean {spread(values):.1%}")
+    if report.get("alone") and report.get("beside_busy"):
+        a = statistics.fmean(r["tok_s"] for r in report["alone"])
+        b = statistics.fmean(r["tok_s"] for r in report["beside_busy"])
+        report["neighbour_change"] = b / a - 1
+        print(f"alone {a:,.1f} vs beside a busy neighbour {b:,.1f} tok/s: {b / a - 1:+.1%} (n={len(report['alone'])} each, interleaved)")
+
+
+if __name__ == "__main__":
+    main()

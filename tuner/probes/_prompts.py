@@ -1,0 +1,89 @@
+"""Prompts no server has seen, of exactly the asked token length.
+
+Engines cache prompt prefixes (vLLM and SGLang by default, llama.cpp per slot), so a workload
+that repeats prompts measures decode with a cached prefill, not what users' traffic costs.
+Every prompt here is a fresh random sequence of words that are one token each in the server's
+own tokenizer (checked with ``/tokenize``), so its length is exact by construction: ``words =
+asked - overhead``, where ``overhead`` (BOS, chat template) is read once from the server's
+``usage.prompt_tokens`` of a calibration request. A space may ask for a shared prefix on purpose
+(``prefix_tokens``): then that many leading tokens are the same in every request.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tuner.exceptions import ProbeError
+from tuner.probes._tokens import Tokenizer
+
+__all__ = ["PromptMaker", "Vocabulary", "one_token_words"]
+
+_CANDIDATES = (
+    "river stone garden window paper market silver forest candle morning harbor pencil valley "
+    "lantern meadow copper island thunder marble orchard canyon feather velvet compass glacier "
+    "saddle quartz willow ember prairie beacon tunnel the and of to in is it you that he was for on "
+    "are as with his they at be this have from or one had by word but not what all were we when "
+    "your can said there use an each which she do how their if will up other about out many then "
+    "them these so some her would make like him into time has look two more write go see number no "
+    "way could people my than first water been call who oil its now find long down day did get come "
+    "made may part over new sound take only little work know place year live me back give most very"
+).split()
+MIN_WORDS = 16
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Words of one token each after a space (``words``), and those also one token at the very
+    start of a text (``first``: a word at the start has no space before it and often splits)."""
+
+    words: list[str]
+    first: list[str]
+
+
+async def one_token_words(tokenizer: Tokenizer, candidates: list[str] | None = None) -> Vocabulary:
+    """The candidates that cost exactly one token each in the server's own tokenizer."""
+    words, alone = [], {}
+    for word in dict.fromkeys(candidates or _CANDIDATES):
+        short = await tokenizer.count(" ".join([word] * 8))
+        long = await tokenizer.count(" ".join([word] * 16))
+        if long - short == 8:
+            words.append(word)
+            alone[word] = short - 7  # special tokens + the cost of the word at the start
+    if len(words) < MIN_WORDS:
+        raise ProbeError(f"only {len(words)} of the candidate words are one token each in this tokenizer (need {MIN_WORDS})")
+    least = min(alone.values())  # special tokens + 1: the cheapest start is one token
+    first = [w for w in words if alone[w] == least]
+    return Vocabulary(words, first)
+
+
+class PromptMaker:
+    """``make(i)``: the i-th prompt, ``asked`` tokens long once ``overhead`` is known."""
+
+    def __init__(self, vocabulary: Vocabulary, asked: int, *, seed: int = 0, prefix_tokens: int = 0) -> None:
+        if not 0 <= prefix_tokens < asked:
+            raise ValueError(f"prefix_tokens ({prefix_tokens}) must be in [0, {asked})")
+        self.words = vocabulary.words
+        self.first = vocabulary.first or vocabulary.words
+        self.asked = asked
+        self.seed = seed
+        self.overhead = 0
+        rng = random.Random(f"{seed}-prefix")
+        self._prefix = rng.choices(self.first, k=1) + rng.choices(self.words, k=prefix_tokens - 1) if prefix_tokens else []
+
+    @property
+    def body_words(self) -> int:
+        return max(1, self.asked - self.overhead - len(self._prefix))
+
+    def make(self, i: int) -> str:
+        rng = random.Random(f"{self.seed}-{i}")
+        body = rng.choices(self.words, k=self.body_words)
+        if not self._prefix:
+            body[0] = rng.choice(self.first)
+        return " ".join(self._prefix + body)
+
+    def calibrate(self, sent_words: int, server_prompt_tokens: int) -> None:
+        """The server counted ``server_prompt_tokens`` for a prompt of ``sent_words`` words."""
+        self.overhead = max(0, server_prompt_tokens - sent_words)
+        if self.overhead >= self.asked:
+            raise ProbeError(f"the server adds {self.overhead} tokens to every prompt: {self.asked} cannot be sent exactly")
