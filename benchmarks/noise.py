@@ -56,29 +56,30 @@ def level(result: Any) -> dict[str, float]:
     return {"tok_s": m["output_tok_s"], "ci": m.get("output_tok_s_ci", float("nan")), "window_s": m.get("window_s", 0.0)}
 
 
-def fresh(space: spaces.SearchSpace, params: dict, n: int, tmp: Path) -> list[dict[str, float]]:
+def fresh(space: spaces.SearchSpace, params: dict, n: int, tmp: Path, runs: list[dict[str, float]]) -> list[dict[str, float]]:
     partition = make_partitions(space.hardware.kind, space.hardware.devices, _size(space, params))[0]
-    runs = []
     for i in range(n):
         outcome = run_trial(space, params, tmp / f"fresh-{i}", partition)
         row = level(outcome.probes[0])
         row["startup_s"] = outcome.timings.startup_s
         runs.append(row)
+        _SAVE()
         print(f"fresh server {i + 1}/{n}: {row['tok_s']:,.1f} tok/s +- {row['ci']:,.1f} (window {row['window_s']:.0f}s, start {row['startup_s']:.0f}s)", flush=True)
     return runs
 
 
-def windows_and_neighbour(space: spaces.SearchSpace, params: dict, windows: int, neighbour: int, tmp: Path) -> dict[str, Any]:
+def windows_and_neighbour(space: spaces.SearchSpace, params: dict, windows: int, neighbour: int, tmp: Path, result: dict) -> dict[str, Any]:
     """M windows on one server; then, with a second partition, alone (A) vs beside a busy neighbour (B)."""
     size = _size(space, params)
     parts = make_partitions(space.hardware.kind, space.hardware.devices, size)
     probe = LoadProbe(space.probes.load)
-    result: dict[str, Any] = {"windows": [], "alone": [], "beside_busy": []}
+    result.update({"windows": [], "alone": [], "beside_busy": []})
     with serve(space, params, tmp / "windows", parts[0]) as main:
         for i in range(windows):
             with _pinned(parts[0].client_cpus):
                 row = level(probe.run(main.handle))
             result["windows"].append(row)
+            _SAVE()
             print(f"window {i + 1}/{windows} on one server: {row['tok_s']:,.1f} tok/s +- {row['ci']:,.1f}", flush=True)
         if neighbour and len(parts) > 1:
             print(f"partitions: {parts[0].describe()} | {parts[1].describe()}", flush=True)
@@ -87,6 +88,7 @@ def windows_and_neighbour(space: spaces.SearchSpace, params: dict, windows: int,
                     for label in ("alone", "beside_busy"):
                         row = _measure_beside(probe, main, other, parts, busy=label == "beside_busy")
                         result[label].append(row)
+                        _SAVE()
                         print(f"round {i + 1}/{neighbour} {label}: {row['tok_s']:,.1f} tok/s +- {row['ci']:,.1f}", flush=True)
     return result
 
@@ -126,25 +128,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--neighbour", type=int, default=0, help="rounds of alone / beside a busy neighbour")
     ap.add_argument("--duration", type=float, help="override the level's shortest window (s)")
     ap.add_argument("--max-duration", type=float, help="override the level's longest window (s)")
-    ap.add_argument("--json", type=Path, help="write every number here")
+    ap.add_argument("--devices", help="override the space's devices, e.g. 0,1 (a second partition for --neighbour)")
+    ap.add_argument("--json", type=Path, help="write every number here (rewritten after each run)")
     args = ap.parse_args(argv)
     base, _ = spaces.load(args.space)
     overrides = {k: v for k, v in (("duration", args.duration), ("max_duration", args.max_duration)) if v is not None}
+    if args.devices:
+        hw = base.hardware.model_copy(update={"devices": [int(d) for d in args.devices.split(",")]})
+        base = base.model_copy(update={"hardware": hw})
     space = target_only(base, **overrides)
     params = {**default_params(base), **json.loads(args.params)}
     spec = space.probes.load
     print(f"{args.space}: {params}; C={spec.target_concurrency}, {spec.prompt_tokens} in / {spec.output_tokens} out, "
           f"window {spec.duration:g}-{spec.max_duration:g}s, CI target {spec.ci_target:.0%}", flush=True)
     report: dict[str, Any] = {"space": args.space, "params": params, "spec": spec.model_dump()}
+    global _SAVE
+    _SAVE = (lambda: args.json.write_text(json.dumps(report, indent=2) + "\n")) if args.json else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
         if args.fresh:
-            report["fresh"] = fresh(space, params, args.fresh, Path(tmp))
+            report["fresh"] = []
+            fresh(space, params, args.fresh, Path(tmp), report["fresh"])
         if args.windows or args.neighbour:
-            report.update(windows_and_neighbour(space, params, args.windows, args.neighbour, Path(tmp)))
+            windows_and_neighbour(space, params, args.windows, args.neighbour, Path(tmp), report)
     summarize(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    _SAVE()
     return report
+
+
+_SAVE = lambda: None  # noqa: E731 - rewrites the JSON after each run, so a cut-off run keeps its numbers
 
 
 def summarize(report: dict[str, Any]) -> None:

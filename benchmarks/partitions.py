@@ -1,5 +1,8 @@
 """Benchmark: trials per hour with 1 partition vs 2 on the same trials, and tuner overhead.
 
+The N configs are distinct (batch-size differs): a config the study already launched is copied,
+not launched again, so N identical configs would measure one launch.
+
 The same N configs (enqueued, so both runs do identical work) run through the driver and Ray
 exactly as `tune run` does: once as one 2-core partition, once as two 1-core partitions
 (llama-server -t 1 in both). Prints trials/hour for each, their ratio (aim >= 1.8 on 2 cores),
@@ -31,14 +34,19 @@ from tuner.study import open_study  # noqa: E402
 def run(per_trial: int, n: int, tmp: Path) -> dict[str, float]:
     raw = tiny_space()
     raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": per_trial}
-    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [2048, 4096]}, "parallel": {"type": "int", "low": 1, "high": 2}}
-    raw["probes"]["load"].update(concurrency=[2], prompt_tokens=64, output_tokens=48, requests=6)
+    raw["parameters"] = {
+        "ctx-size": {"type": "categorical", "choices": [2048, 4096]},
+        "parallel": {"type": "int", "low": 1, "high": 2},
+        "batch-size": {"type": "int", "low": 256, "high": 256 + 32 * n, "step": 32},  # n distinct configs:
+    }  # a repeated config is copied, not launched, so identical trials would not measure anything
+    raw["remeasure"] = {"enabled": False}
+    raw["probes"]["load"].update(concurrency=[2], prompt_tokens=64, output_tokens=48, duration=3, max_duration=3)
     space = validate(raw, "bench.yaml")
     objective = objectives.load(space.objectives)
     name = f"p{per_trial}"
     study = open_study(space, objective, name=name, storage=f"sqlite:///{tmp}/{name}.db", source="bench.yaml")
     for i in range(n):
-        study.enqueue_trial({"ctx-size": (2048, 4096)[i % 2], "parallel": 1 + (i // 2) % 2})
+        study.enqueue_trial({"ctx-size": (2048, 4096)[i % 2], "parallel": 1 + (i // 2) % 2, "batch-size": 256 + 32 * i})
     run_dir = RunDir(tmp / name)
     executor = RayExecutor([0, 1], "cpu", max_parallel=2 // per_trial)
     try:

@@ -7,6 +7,8 @@ import shlex
 
 import optuna
 import pytest
+
+from tuner.executors import InlineExecutor
 from optuna.trial import TrialState
 
 from tuner import objectives
@@ -89,9 +91,12 @@ def test_hypervolume() -> None:
 def test_revalidation_is_stored_and_used_by_the_pick(real_study) -> None:
     study, run_dir, space = real_study
     objective = objectives.load(space.objectives)
-    results = revalidate(study, space, objective, run_dir, top=1, repeats=2)
-    assert len(results) == 1 and len(results[0].runs) == 2
+    results = revalidate(study, space, objective, run_dir, InlineExecutor(), top=1, repeats=2)
+    assert len(results) == 1 and len(results[0].runs) == 2 and len(results[0].all_runs) == 3
     stored = study.user_attrs[f"revalidated.{results[0].trial}"]
-    assert stored["values"] == list(results[0].mean)
+    assert stored["values"] == list(results[0].mean) and len(stored["runs"]) == 3  # its own run first
     chosen = pick(study, f"trial:{results[0].trial}")
-    assert chosen.revalidated and chosen.values == results[0].mean
+    assert chosen.revalidated and chosen.values == pytest.approx(results[0].mean) and chosen.runs == 3
+    assert chosen.half_widths[0] > 0 and chosen.half_widths[1] == 0  # throughput is noisy, recalled context is not
+    noise = study.user_attrs["noise"]  # the reference (first enqueued config) ran too: the floor
+    assert noise["reference"] == space.enqueue[0] and len(noise["runs"]) == 3 and noise["labels"][0] == "trial"
