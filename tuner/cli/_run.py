@@ -77,8 +77,8 @@ def run(
     plan = the_space.remeasure if the_space.remeasure.enabled and not no_remeasure else None
     previous = {sig: signal.signal(sig, lambda s, f: driver.request_stop(f"stopped by {signal.Signals(s).name}")) for sig in _SIGNALS} if executor == "ray" else {}
     try:
-        if plan is not None and NOISE not in the_study.user_attrs and plan.reference_runs:
-            echo(f"noise floor: the reference config on {plan.reference_runs} fresh server(s) before the search")
+        if plan is not None and NOISE not in the_study.user_attrs and plan.reference_runs and the_space.enqueue:
+            echo(f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) before the search")
             measure_reference(the_study, the_space, objective, run_dir, runner, runs=plan.reference_runs, ledger=ledger, on_run=_remeasured)
         summary = driver.run()
         if plan is not None and not driver.stop_requested:
