@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner import space as spaces  # noqa: E402
 from tuner.partitions import make_partitions  # noqa: E402
 from tuner.probes import LoadProbe  # noqa: E402
-from tuner.trial import _pinned, run_trial, serve  # noqa: E402
+from tuner.trial import pinned, run_trial, serve  # noqa: E402
 
 
 def default_params(space: spaces.SearchSpace) -> dict[str, Any]:
@@ -51,9 +51,13 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.fmean(values) if len(values) > 1 else float("nan")
 
 
-def level(result: Any) -> dict[str, float]:
+def level(result: Any) -> dict[str, Any]:
     m = result.metrics
-    return {"tok_s": m["output_tok_s"], "ci": m.get("output_tok_s_ci", float("nan")), "window_s": m.get("window_s", 0.0)}
+    target = next(iter(result.details["levels"].values()))  # the target level: the only one run here
+    return {
+        "tok_s": m["output_tok_s"], "ci": m.get("output_tok_s_ci", float("nan")), "window_s": m.get("window_s", 0.0),
+        "cache_hit_rate": target.get("cache_hit_rate"), "prompt_tokens_exact": target.get("prompt_tokens_exact"),
+    }
 
 
 def fresh(space: spaces.SearchSpace, params: dict, n: int, tmp: Path, runs: list[dict[str, float]]) -> list[dict[str, float]]:
@@ -76,7 +80,7 @@ def windows_and_neighbour(space: spaces.SearchSpace, params: dict, windows: int,
     result.update({"windows": [], "alone": [], "beside_busy": []})
     with serve(space, params, tmp / "windows", parts[0]) as main:
         for i in range(windows):
-            with _pinned(parts[0].client_cpus):
+            with pinned(parts[0].client_cpus):
                 row = level(probe.run(main.handle))
             result["windows"].append(row)
             _SAVE()
@@ -95,20 +99,20 @@ def windows_and_neighbour(space: spaces.SearchSpace, params: dict, windows: int,
 
 def _measure_beside(probe: LoadProbe, main: Any, other: Any, parts: list, *, busy: bool) -> dict[str, float]:
     if not busy:
-        with _pinned(parts[0].client_cpus):
+        with pinned(parts[0].client_cpus):
             return level(probe.run(main.handle))
     spec = probe.spec
     # The neighbour's level outlasts ours: its warmup, then at least our longest window.
     busy_probe = LoadProbe(spec.model_copy(update={"duration": spec.max_duration + 30, "max_duration": spec.max_duration + 30}))
 
     def load() -> None:
-        with _pinned(parts[1].client_cpus):
+        with pinned(parts[1].client_cpus):
             busy_probe.run(other.handle)
 
     thread = threading.Thread(target=load, daemon=True)
     thread.start()
     time.sleep(min(20.0, spec.duration))  # the neighbour's ramp is behind us
-    with _pinned(parts[0].client_cpus):
+    with pinned(parts[0].client_cpus):
         row = level(probe.run(main.handle))
     thread.join()
     return row

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from tuner.pick import candidates, feasible, hypervolume_2d, non_dominated, objective_metrics, pareto_front, signs
+from tuner.pick import Candidate, candidates, feasible, hypervolume_2d, non_dominated, objective_metrics, pareto_front, signs
 
 __all__ = ["Point", "StudyFront", "fronts"]
 
@@ -42,9 +42,10 @@ def _value(trial: optuna.trial.FrozenTrial, metric: str, means: dict[str, float]
     return trial.user_attrs.get("metrics", {}).get(metric)
 
 
-def points(study: optuna.Study, x: str, y: str) -> list[Point]:
+def points(study: optuna.Study, x: str, y: str, items: list[Candidate]) -> list[Point]:
+    """Every launched trial at (x, y); a candidate's objectives at their mean over its runs."""
     names = objective_metrics(study)
-    means = {c.number: dict(zip(names, c.values, strict=True)) for c in candidates(study)}
+    means = {c.number: dict(zip(names, c.values, strict=True)) for c in items}
     found = []
     for t in study.get_trials(deepcopy=False):
         if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or "invalid_combination" in t.user_attrs:
@@ -56,12 +57,12 @@ def points(study: optuna.Study, x: str, y: str) -> list[Point]:
     return found
 
 
-def _front(study: optuna.Study, pts: list[Point], x: str, y: str) -> list[Point]:
+def _front(study: optuna.Study, pts: list[Point], x: str, y: str, items: list[Candidate]) -> list[Point]:
     """On the study's own two objectives: the noise-aware front that picks use. On other
     metrics: plain dominance of the measured values."""
     usable = [p for p in pts if p.feasible and p.x is not None and p.y is not None]
     if sorted(objective_metrics(study)) == sorted([x, y]):
-        on_front = {c.number for c in pareto_front(candidates(study), signs(study))}
+        on_front = {c.number for c in pareto_front(items, signs(study))}
         chosen = [p for p in usable if p.trial in on_front]
     else:
         chosen = non_dominated(usable, lambda p: (p.x, p.y))  # type: ignore[arg-type]
@@ -72,8 +73,9 @@ def fronts(studies: dict[str, optuna.Study], x: str, y: str, reference: tuple[fl
     """Both metrics maximized; one reference point for every study so hypervolumes compare."""
     result = []
     for name, study in studies.items():
-        pts = points(study, x, y)
-        front = _front(study, pts, x, y)
+        items = candidates(study)
+        pts = points(study, x, y, items)
+        front = _front(study, pts, x, y, items)
         hv = hypervolume_2d([(p.x, p.y) for p in front], reference)  # type: ignore[misc]
         result.append(StudyFront(name, pts, front, hv))
     return result

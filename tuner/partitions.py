@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from tuner.cores import device_cores, split_server_client
 from tuner.exceptions import InfrastructureError
 
 __all__ = ["Partition", "PartitionPool", "free_port", "make_partitions", "trial_size"]
@@ -54,10 +55,6 @@ def _with_cores(partition: Partition, cores: dict[int, tuple[int, ...]] | None) 
     """A GPU partition gets the cores of its GPUs, split between its server and its load client."""
     if partition.kind != "gpu" or not cores:
         return partition
-    from dataclasses import replace
-
-    from tuner.cores import split_server_client
-
     server, client = split_server_client(tuple(c for d in partition.devices for c in cores.get(d, ())))
     return replace(partition, cpus=server, client_cpus=client)
 
@@ -80,11 +77,7 @@ def make_partitions(kind: Literal["cpu", "gpu"], devices: list[int], size: int) 
 
 
 def _gpu_cores(kind: str, devices: list[int]) -> dict[int, tuple[int, ...]] | None:
-    if kind != "gpu":
-        return None
-    from tuner.cores import device_cores
-
-    return device_cores(devices)
+    return device_cores(devices) if kind == "gpu" else None
 
 
 def free_port(host: str, base: int, span: int) -> int:

@@ -24,7 +24,7 @@ from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, noise_
 
 __all__ = [
     "Candidate", "candidates", "feasible", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front",
-    "pick", "signs", "study_floor", "tied_with",
+    "describe_noise", "pick", "signs", "study_floor", "tied_with",
 ]
 
 REVALIDATED = "revalidated"
@@ -72,9 +72,8 @@ def candidates(study: optuna.Study) -> list[Candidate]:
             continue
         again = study.user_attrs.get(f"{REVALIDATED}.{t.number}")
         runs = [list(r) for r in again["runs"]] if again and again.get("runs") else [list(t.values)]
-        values = tuple(statistics.fmean(col) for col in zip(*runs, strict=True)) if again else tuple(t.values)
-        within = _within(t, names)
-        hws = half_width(values, runs, floor, noisy, within)
+        values = tuple(statistics.fmean(col) for col in zip(*runs, strict=True))
+        hws = half_width(values, runs, floor, noisy, _within(t, names))
         found.append(Candidate(t, values, again is not None, hws, len(runs)))
     return found
 
@@ -135,9 +134,28 @@ def _hw(c: Candidate, j: int) -> float:
     return c.half_widths[j] if c.half_widths else 0.0
 
 
-def tied_with(best: Candidate, items: Sequence[Candidate], j: int) -> list[Candidate]:
-    """Candidates whose objective ``j`` is within the combined noise of ``best``'s."""
-    return [c for c in items if c is not best and not differs(best.values[j], _hw(best, j), c.values[j], _hw(c, j))]
+def tied_with(best: Candidate, items: Sequence[Candidate], objectives: Sequence[int]) -> list[Candidate]:
+    """Candidates within the combined noise of ``best`` on every one of ``objectives``."""
+    return [
+        c for c in items
+        if c is not best and not any(differs(best.values[j], _hw(best, j), c.values[j], _hw(c, j)) for j in objectives)
+    ]
+
+
+def describe_noise(study: optuna.Study) -> list[str]:
+    """The study's noise floor, its reference config's runs and any drift, as lines to show."""
+    names = objective_metrics(study)
+    floor = study_floor(study, [is_noisy(m) for m in names])
+    if not floor.known:
+        return ["noise floor: not measured (no config ran on two fresh servers yet); ties use the probe's own CI"]
+    lines = [f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} between fresh servers ({floor.dof} degrees of freedom)"]
+    noise = study.user_attrs.get(NOISE, {})
+    if noise.get("runs"):
+        values = ", ".join(f"{r[0]:,.1f} ({label})" for r, label in zip(noise["runs"], noise["labels"], strict=True))
+        lines.append(f"reference config {noise.get('reference')}: {values}")
+    if noise.get("drift") is not None:
+        lines.append(f"DRIFT: the reference moved {noise['drift']:+.1%} between the start and the end of the run")
+    return lines
 
 
 def hypervolume_2d(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -177,9 +195,7 @@ def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = 
     if how == "knee":
         front = pareto_front(items, signs_)
         knee = _knee(front, signs_)
-        ties = [c for c in front if c is not knee and not any(
-            differs(knee.values[j], _hw(knee, j), c.values[j], _hw(c, j)) for j in range(len(signs_)))]
-        return replace(knee, ties=tuple(c.number for c in ties))
+        return replace(knee, ties=tuple(c.number for c in tied_with(knee, front, range(len(signs_)))))
     raise ConfigError(f"--pick: {how!r} is not one of knee, max-throughput, max-context, trial:N")
 
 
@@ -189,7 +205,7 @@ def _best(items: Sequence[Candidate], signs: Sequence[float], j: int) -> Candida
 
 
 def _with_ties(best: Candidate, items: Sequence[Candidate], signs: Sequence[float], j: int) -> Candidate:
-    return replace(best, ties=tuple(c.number for c in tied_with(best, items, j)))
+    return replace(best, ties=tuple(c.number for c in tied_with(best, items, (j,))))
 
 
 def _knee(front: list[Candidate], signs: Sequence[float]) -> Candidate:

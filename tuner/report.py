@@ -14,8 +14,7 @@ from tuner.exceptions import ConfigError
 from tuner.export import build_export
 from tuner.limits import default_contexts
 from tuner.pareto import fronts
-from tuner.noise import NOISE, is_noisy
-from tuner.pick import objective_metrics, pick, study_floor
+from tuner.pick import describe_noise, objective_metrics, pick
 from tuner.plots import front_html
 from tuner.space import SearchSpace
 
@@ -75,7 +74,7 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
     for f in the_fronts:
         md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | `{p.params}` |" for p in f.front]
         md += ["", f"hypervolume {f.hypervolume:,.1f} (reference 0, 0)", ""]
-    md += ["## Noise", "", *_noise_lines(study), ""]
+    md += ["## Noise", "", *describe_noise(study), ""]
     md += ["## Chosen config (knee of the front)", ""]
     if chosen is None:
         md += ["no complete, feasible trial yet", ""]
@@ -96,21 +95,6 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
         f"</head><body>{body}<h2>Front (interactive)</h2>{plot}</body></html>"
     )
     return Report(page, markdown)
-
-
-def _noise_lines(study: optuna.Study) -> list[str]:
-    names = objective_metrics(study)
-    floor = study_floor(study, [is_noisy(m) for m in names])
-    noise = study.user_attrs.get(NOISE, {})
-    if not floor.known:
-        return ["noise floor not measured (no config ran on two fresh servers); ties use the probe's own CI"]
-    lines = [f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} between fresh servers ({floor.dof} degrees of freedom)"]
-    if noise.get("runs"):
-        values = ", ".join(f"{r[0]:,.1f} ({label})" for r, label in zip(noise["runs"], noise["labels"], strict=True))
-        lines.append(f"reference config `{noise.get('reference')}`: {values}")
-    if noise.get("drift") is not None:
-        lines.append(f"drift: the reference moved {noise['drift']:+.1%} between the start and the end of the run")
-    return lines
 
 
 def _markdown_to_html(text: str) -> str:

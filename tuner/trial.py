@@ -9,8 +9,8 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +19,20 @@ from tuner.artifacts import write_json
 from tuner.exceptions import ConfigInfeasible
 from tuner.ledger import Ledger
 from tuner.partitions import Partition
-from tuner.probes import ServerHandle
 from tuner.engines import Command
+from tuner.probes import ServerHandle
 from tuner.probes.capacity import read_capacity
 from tuner.records import Timings, TrialOutcome
 from tuner.server import ServerProcess
 from tuner.space import SearchSpace
 
-__all__ = ["Served", "run_trial", "serve"]
+__all__ = ["Served", "pinned", "run_trial", "serve"]
 
 logger = logging.getLogger(__name__)
 
 
 @contextmanager
-def _pinned(cores: tuple[int, ...]) -> Iterator[None]:
+def pinned(cores: tuple[int, ...]) -> Iterator[None]:
     """Run the load client on its partition's own cores (GPU partitions), then restore."""
     if not cores:
         yield
@@ -96,7 +96,9 @@ def serve(
         logger.info("ready after %.1fs: %s", startup_s, trial_dir)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         capacity = read_capacity(adapter, server.log_text(), server.url, headers=headers)
-        handle = ServerHandle(server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key)
+        handle = ServerHandle(
+            server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key, adapter.prefix_cache_metrics
+        )
         yield Served(handle, server, command, startup_s, started_at)
     finally:
         server.stop()
@@ -112,7 +114,7 @@ def run_trial(
     adapter = engines.get(space.engine)
     with serve(space, params, trial_dir, partition, ledger=ledger) as served:
         probe_began = time.monotonic()
-        with _pinned(partition.client_cpus):
+        with pinned(partition.client_cpus):
             results = tuple(probe.run(served.handle) for probe in probes.from_space(space))
         probe_s = time.monotonic() - probe_began
     command = served.command

@@ -7,8 +7,7 @@ import pandas as pd
 import typer
 
 from tuner.cli._common import echo, open_existing
-from tuner.noise import NOISE, is_noisy
-from tuner.pick import candidates, objective_metrics, pareto_front, pick, signs, study_floor
+from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.table import trials_frame
 
 
@@ -52,14 +51,5 @@ def print_best(study: optuna.Study) -> None:
 
 
 def print_noise(study: optuna.Study) -> None:
-    noise = study.user_attrs.get(NOISE)
-    floor = study_floor(study, [is_noisy(m) for m in objective_metrics(study)])
-    if not floor.known:
-        echo("noise floor: not measured (fewer than two fresh-server runs of any config); ties use the probe's own CI")
-        return
-    runs = len(noise["runs"]) if noise else 0
-    text = f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {objective_metrics(study)[0]} between fresh servers ({floor.dof} degrees of freedom"
-    text += f"; reference config measured {runs} times)" if runs else ")"
-    if noise and noise.get("drift") is not None:
-        text += f"; DRIFT: the reference moved {noise['drift']:+.1%} from the start of the run to its end"
-    echo(text)
+    for line in describe_noise(study):
+        echo(line)

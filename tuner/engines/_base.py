@@ -84,6 +84,9 @@ class EngineAdapter(ABC):
     name: ClassVar[str]
     signatures: ClassVar[tuple[Signature, ...]] = ()
     health_path: ClassVar[str] = "/health"
+    # (queries, hits) counter names in /metrics that count prompt tokens looked up in / served
+    # from the prefix cache, for engines whose usage omits cached tokens; None: not exposed.
+    prefix_cache_metrics: ClassVar[tuple[str, str] | None] = None
 
     @abstractmethod
     def executable(self) -> list[str]:

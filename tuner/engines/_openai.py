@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-__all__ = ["completion_works", "metric_labels"]
+__all__ = ["completion_works", "counter_total", "metric_labels"]
 
 
 def completion_works(client: httpx.Client, base_url: str, model: str, extra: dict | None = None) -> bool:
@@ -25,6 +25,16 @@ def metric_labels(metrics_text: str, name: str) -> dict[str, str]:
             pairs = (item.split("=", 1) for item in _split_labels(body))
             return {k.strip(): v.strip().strip('"') for k, v in pairs}
     return {}
+
+
+def counter_total(metrics_text: str, name: str) -> float | None:
+    """Sum over every sample of Prometheus metric ``name`` (with or without ``_total``), or None."""
+    values = [
+        float(line.rsplit(" ", 1)[-1])
+        for line in metrics_text.splitlines()
+        if line.split("{", 1)[0].split(" ", 1)[0] in (name, f"{name}_total")
+    ]
+    return sum(values) if values else None
 
 
 def _split_labels(body: str) -> list[str]:

@@ -73,6 +73,7 @@ _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:
 class VllmAdapter(EngineAdapter):
     name = "vllm"
     signatures = SIGNATURES
+    prefix_cache_metrics = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")  # usage omits 0 cached tokens
 
     def executable(self) -> list[str]:
         return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]

@@ -20,6 +20,7 @@ class ServerHandle:
     capacity: Capacity
     engine: str
     api_key: str | None = field(default=None, repr=False)
+    prefix_cache_metrics: tuple[str, str] | None = None  # the adapter's /metrics counter names
 
     @property
     def headers(self) -> dict[str, str]:

@@ -15,20 +15,19 @@ import random
 from dataclasses import dataclass
 
 from tuner.exceptions import ProbeError
-from tuner.probes._tokens import Tokenizer
+from tuner.probes._tokens import _WORDS, Tokenizer
 
 __all__ = ["PromptMaker", "Vocabulary", "one_token_words"]
 
 _CANDIDATES = (
-    "river stone garden window paper market silver forest candle morning harbor pencil valley "
-    "lantern meadow copper island thunder marble orchard canyon feather velvet compass glacier "
-    "saddle quartz willow ember prairie beacon tunnel the and of to in is it you that he was for on "
-    "are as with his they at be this have from or one had by word but not what all were we when "
-    "your can said there use an each which she do how their if will up other about out many then "
-    "them these so some her would make like him into time has look two more write go see number no "
-    "way could people my than first water been call who oil its now find long down day did get come "
-    "made may part over new sound take only little work know place year live me back give most very"
-).split()
+    *_WORDS,
+    *"""the and of to in is it you that he was for on are as with his they at be this have from or one
+    had by word but not what all were we when your can said there use an each which she do how their
+    if will up other about out many then them these so some her would make like him into time has
+    look two more write go see number no way could people my than first water been call who oil its
+    now find long down day did get come made may part over new sound take only little work know place
+    year live me back give most very""".split(),
+)
 MIN_WORDS = 16
 
 
@@ -70,6 +69,11 @@ class PromptMaker:
         self.overhead = 0
         rng = random.Random(f"{seed}-prefix")
         self._prefix = rng.choices(self.first, k=1) + rng.choices(self.words, k=prefix_tokens - 1) if prefix_tokens else []
+
+    @property
+    def sent_words(self) -> int:
+        """Words in every prompt: the shared prefix and the fresh body."""
+        return len(self._prefix) + self.body_words
 
     @property
     def body_words(self) -> int:

@@ -11,9 +11,9 @@ Failed requests are counted as errors and excluded from every latency.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,10 +21,11 @@ from typing import Any
 
 import httpx
 
+from tuner.engines._openai import counter_total
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
 from tuner.probes._stats import percentiles
-from tuner.probes._tokens import Tokenizer
+from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.probes._window import batch_means
 from tuner.records import ProbeResult
 from tuner.space._model import LoadProbeSpec
@@ -91,7 +92,7 @@ async def stream_request(
     """One streamed request; never raises for a failed request, records it instead.
 
     Pass ``rec`` to watch a request while it streams (its ``stamps`` grow as tokens arrive)."""
-    rec = rec or RequestRecord(ok=False, started=time.perf_counter())
+    rec = rec or RequestRecord(ok=False, started=0.0)
     rec.started = time.perf_counter()
     try:
         async with client.stream("POST", url, json=body, headers=headers) as reply:
@@ -163,6 +164,11 @@ class LoadProbe(Probe):
     name = "load"
     spec: LoadProbeSpec
 
+    def __init__(self, spec: LoadProbeSpec) -> None:
+        super().__init__(spec)
+        self._requests = itertools.count()  # never reset: a probe run twice on one server sends new prompts
+        self._asked_prompt: int | None = None
+
     @classmethod
     def metric_names(cls, spec: LoadProbeSpec) -> set[str]:
         names = {f"{m}@{c}" for m in LEVEL_METRICS for c in spec.concurrency}
@@ -201,7 +207,7 @@ class LoadProbe(Probe):
             logger.warning("the server reports no usage.prompt_tokens: prompt lengths are not checked (%s)", rec.error)
             maker.calibrate(maker.body_words, await tokenizer.count(probe))
         else:
-            maker.calibrate(maker.body_words + len(maker._prefix), rec.prompt_tokens)
+            maker.calibrate(maker.sent_words, rec.prompt_tokens)
         logger.debug("prompts: %d words + %d tokens of overhead = %d", maker.body_words, maker.overhead, maker.asked)
         self._asked_prompt = maker.asked
         return maker.make
@@ -239,7 +245,7 @@ class LoadProbe(Probe):
             while True:
                 rec = RequestRecord(ok=False, started=time.perf_counter())
                 records.append(rec)
-                url, body, headers = self._request(server, prompt(self._next()))
+                url, body, headers = self._request(server, prompt(next(self._requests)))
                 if first:
                     body = {**body, "max_tokens": first, "min_tokens": first}
                     first = 0
@@ -266,7 +272,7 @@ class LoadProbe(Probe):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        summary = summarize(records, start, end, spec.batches, spec.output_tokens, getattr(self, "_asked_prompt", None))
+        summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
         summary.update(warmup_s=start - began, ci_target_met=ci)
         after = await prefix_cache_counters(client, server)
         if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
@@ -294,10 +300,6 @@ class LoadProbe(Probe):
             if now - start >= spec.max_duration:
                 return now, False
             end = min(now + step, start + spec.max_duration)
-
-    def _next(self) -> int:
-        self._counter = getattr(self, "_counter", -1) + 1
-        return self._counter
 
     def _result(self, levels: dict[int, dict[str, Any]], stop_reason: str) -> ProbeResult:
         metrics: dict[str, float] = {}
@@ -375,30 +377,18 @@ def summarize(
     return summary
 
 
-_PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
-_PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
-
-
 async def prefix_cache_counters(client: httpx.AsyncClient, server: ServerHandle) -> tuple[float, float] | None:
-    """(prefix-cache queries, hits) in tokens from the engine's /metrics (vLLM), or None."""
+    """(prefix-cache queries, hits) in tokens from /metrics, where the engine names its counters."""
+    if server.prefix_cache_metrics is None:
+        return None
     try:
         reply = await client.get(f"{server.url}/metrics", headers=server.headers, timeout=5.0)
     except httpx.HTTPError:
         return None
     if reply.status_code != 200:
         return None
-    queries = hits = 0.0
-    found = False
-    for line in reply.text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in _PREFIX_QUERIES or name in _PREFIX_HITS:
-            found = True
-            value = float(line.rsplit(" ", 1)[-1])
-            if name in _PREFIX_QUERIES:
-                queries += value
-            else:
-                hits += value
-    return (queries, hits) if found else None
+    totals = [counter_total(reply.text, name) for name in server.prefix_cache_metrics]
+    return None if None in totals else (totals[0], totals[1])  # type: ignore[return-value]
 
 
 def batch_count(records: list[RequestRecord], seconds: float, cap: int) -> int:
@@ -458,10 +448,6 @@ def _dataset_prompts(path: str) -> Callable[[int], str]:
         raise ValueError(f"{path}: no prompts (each line needs 'prompt' or 'messages')")
 
     def prompt(i: int) -> str:
-        nonce = " ".join(random.Random(f"dataset-{i}").choices(_NONCE_WORDS, k=8))
-        return f"[{nonce}]\n{texts[i % len(texts)]}"
+        return f"[{' '.join(filler_words(8, seed=i))}]\n{texts[i % len(texts)]}"
 
     return prompt
-
-
-_NONCE_WORDS = "amber basil cedar delta ember fjord garnet hazel indigo jasper kestrel lilac maple nectar onyx pearl".split()

@@ -289,9 +289,7 @@ class RemeasureSpec(_Strict):
     def plan(self, trials: int, front: int) -> tuple[int, int]:
         """(top, repeats) for the end of a run, within the budget share left after the start."""
         left = int(self.share * trials) - self.reference_runs
-        top = min(self.top, front)
-        while top > 0 and (top + 1) * self.repeats > left:
-            top -= 1
+        top = max(0, min(self.top, front, left // self.repeats - 1))  # each round: top candidates + the reference
         return top, (self.repeats if top > 0 else 0)
 
 
