@@ -85,10 +85,11 @@ def objective_metrics(study: optuna.Study) -> list[str]:
     return names if len(names) == len(study.directions) else [f"value{i}" for i in range(len(study.directions))]
 
 
-def study_floor(study: optuna.Study, noisy: Sequence[bool]) -> NoiseFloor:
-    """The study's noise floor from every config it measured more than once."""
+def study_floor(study: optuna.Study, noisy: Sequence[bool], reference: Sequence[Sequence[float]] | None = None) -> NoiseFloor:
+    """The study's noise floor from every config it measured more than once (``reference``: the
+    reference config's runs, when newer than those stored)."""
     repeated = [v["runs"] for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.") and v.get("runs")]
-    reference = study.user_attrs.get(NOISE, {}).get("runs")
+    reference = reference if reference is not None else study.user_attrs.get(NOISE, {}).get("runs")
     if reference:
         repeated.append(reference)
     return noise_floor(repeated, noisy)

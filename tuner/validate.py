@@ -149,9 +149,9 @@ def _reference_trial_values(study: optuna.Study, params: dict[str, Any]) -> list
 def store_reference(study: optuna.Study, params: dict[str, Any], item: _Item, when: str) -> dict[str, Any]:
     """Append the reference's runs (its own trial's first) and re-check drift: start vs end."""
     noise = dict(study.user_attrs.get(NOISE, {REFERENCE: params, "runs": [], "labels": []}))
-    if not noise["runs"]:
+    if "trial" not in noise["labels"]:  # the reference's own trial runs after the start measurement
         own = _reference_trial_values(study, params)
-        noise["runs"], noise["labels"] = own, ["trial"] * len(own)
+        noise["runs"], noise["labels"] = own + noise["runs"], ["trial"] * len(own) + noise["labels"]
     noise["runs"] = noise["runs"] + [list(v) for v in item.values]
     noise["labels"] = noise["labels"] + [when] * len(item.values)
     noise["failures"] = noise.get("failures", []) + item.failures
@@ -168,7 +168,7 @@ def _drift(study: optuna.Study, noise: dict[str, Any]) -> float | None:
     if not start or not end:
         return None
     names = objective_metrics(study)
-    floor = study_floor(study, [is_noisy(m) for m in names])
+    floor = study_floor(study, [is_noisy(m) for m in names], reference=noise["runs"])
     a, b = statistics.fmean(start), statistics.fmean(end)
     hw = 1.96 * floor.relative_sd[0] * a if floor.known else 0.0
     return (b - a) / a if a and differs(a, hw / len(start) ** 0.5, b, hw / len(end) ** 0.5) else None
