@@ -152,3 +152,30 @@ def test_a_repeated_proposal_is_not_launched_again(tmp_path: Path, llama_server:
     first, second, third = study.get_trials()[:3]
     assert summary.launched == 2 and third.params == {"ctx-size": 4096}
     assert second.user_attrs["duplicate_of"] == first.number and second.values == first.values
+
+
+@pytest.mark.integration
+def test_a_partition_whose_gpu_is_held_is_refused_naming_the_holder(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    """NVML is faked (no GPU here; the H200 run checks the real one): device 0 is held by pid 4242."""
+    from tuner.devices import GpuHygiene, Holder
+
+    raw = tiny_space()
+    raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
+    space = validate(raw, "tiny.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="held", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
+    hygiene = GpuHygiene(
+        [0, 1], reader=lambda ids: {i: 0.0 for i in ids},
+        holders=lambda ids: [Holder(d, 4242, 35700.0) for d in ids if d == 0], timeout=0,
+    )
+    driver = Driver(space, study, objective, RunDir(tmp_path / "held"), InlineExecutor(), trials=1, hygiene=hygiene)
+    summary = driver.run()
+    assert driver.refusals == ["partition 0: cpu 0, ports 31000+ refused: memory held before the trial by GPU 0: pid 4242 35700 MiB"]
+    [trial] = study.get_trials()
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs["partition"] == [1]
+
+    only = dict(raw, hardware={"kind": "cpu", "devices": [0], "per_trial": 1})
+    space = validate(only, "tiny.yaml")
+    study = open_study(space, objective, name="held0", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
+    summary = Driver(space, study, objective, RunDir(tmp_path / "held0"), InlineExecutor(), trials=1, hygiene=hygiene).run()
+    assert summary.launched == 0 and "pid 4242" in summary.stop_reason

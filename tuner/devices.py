@@ -1,14 +1,17 @@
-"""GPU hygiene: before a partition is reused, its devices' memory must be back near the
-baseline seen at start (NVML through nvidia-ml-py where installed). A partition that does not
-recover is quarantined: no further trial lands on it."""
+"""GPU hygiene (NVML through nvidia-ml-py where installed): before a trial, no process may hold
+memory on its partition's GPUs (a leftover server of another run, or anyone's job): such a
+partition is refused, naming the holders' pids; after a trial, the devices' memory must be back
+near the baseline seen at start. A partition that does not recover is quarantined: no further
+trial lands on it."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-__all__ = ["GpuHygiene", "nvml_used_mib"]
+__all__ = ["GpuHygiene", "Holder", "nvml_holders", "nvml_used_mib"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +32,42 @@ def nvml_used_mib(ids: Iterable[int]) -> dict[int, float] | None:
         pynvml.nvmlShutdown()
 
 
+@dataclass(frozen=True)
+class Holder:
+    """A process holding memory on a GPU (pid as NVML sees it: the host's pid namespace)."""
+
+    device: int
+    pid: int
+    used_mib: float | None
+
+    def describe(self) -> str:
+        used = f" {self.used_mib:.0f} MiB" if self.used_mib is not None else ""
+        return f"GPU {self.device}: pid {self.pid}{used}"
+
+
+def nvml_holders(ids: Iterable[int]) -> list[Holder] | None:
+    """Processes with a context on any of the GPUs (compute and graphics), or None without NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        found: dict[tuple[int, int], Holder] = {}
+        for i in ids:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+                for proc in query(handle):
+                    used = getattr(proc, "usedGpuMemory", None)
+                    found[(i, proc.pid)] = Holder(i, proc.pid, used / 2**20 if isinstance(used, int) else None)
+        return list(found.values())
+    finally:
+        pynvml.nvmlShutdown()
+
+
 class GpuHygiene:
     def __init__(
         self,
@@ -37,8 +76,10 @@ class GpuHygiene:
         tolerance_mib: float = 1024.0,
         timeout: float = 60.0,
         reader: Callable[[Iterable[int]], dict[int, float] | None] = nvml_used_mib,
+        holders: Callable[[Iterable[int]], list[Holder] | None] = nvml_holders,
     ) -> None:
         self.reader = reader
+        self.holders = holders
         self.tolerance_mib = tolerance_mib
         self.timeout = timeout
         self.baseline = reader(devices) or {}
@@ -46,6 +87,10 @@ class GpuHygiene:
     @property
     def available(self) -> bool:
         return bool(self.baseline)
+
+    def held(self, devices: Iterable[int]) -> list[Holder]:
+        """Who holds memory on ``devices`` now (before a trial there must be nobody)."""
+        return list(self.holders(list(devices)) or [])
 
     def settle(self, devices: Iterable[int]) -> dict[int, float]:
         """Wait until every device is within tolerance of its baseline; returns the excess

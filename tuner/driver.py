@@ -122,10 +122,14 @@ _GRADES = (  # (asked, what would have fitted) pairs that engines report when a 
 
 def grade(details: dict[str, Any]) -> float:
     """How far a failed start was from feasible, as a constraint violation (> 0): the ratio of
-    what was asked to what the engine says would fit, minus one; 1.0 when the engine gave no numbers."""
+    what was asked to what the engine says would fit, minus one; 1.0 when the engine gave no numbers.
+    A raised exception's numbers (``asked``/``viable``, direction unknown) grade by their distance."""
     for asked, fits in _GRADES:
         if details.get(asked) and details.get(fits):
             return max(float(details[asked]) / float(details[fits]) - 1.0, 1e-6)
+    if details.get("asked") and details.get("viable"):
+        ratio = float(details["asked"]) / float(details["viable"])
+        return max(max(ratio, 1.0 / ratio) - 1.0, 1e-6)
     return 1.0
 
 
@@ -141,7 +145,10 @@ def recover(study: optuna.Study, ledger: Ledger) -> list[str]:
 
     Servers (and a local Ray cluster's processes) still alive from the ledger are stopped;
     trials left RUNNING are recorded as FAIL (infrastructure) and their params re-queued once."""
-    notes = [f"stopped orphaned process {e.pid} ({e.argv0}) of {e.trial_dir}" for e in ledger.stop_orphans()]
+    notes = [
+        f"stopped orphaned processes {', '.join(map(str, pids))} (group {e.pgid}, {e.argv0}) of {e.trial_dir}"
+        for e, pids in ledger.stop_orphans()
+    ]
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial = optuna.Trial(study, frozen._trial_id)
         trial.set_user_attr("error", "interrupted: the tuner stopped while this trial ran")
@@ -197,6 +204,7 @@ class Driver:
         self._stop_requested = ""
         self._running: dict[Future[TrialOutcome], _Running] = {}
         self._launching: _Running | None = None
+        self.refusals: list[str] = []
 
     @property
     def stop_requested(self) -> bool:
@@ -243,7 +251,7 @@ class Driver:
                     pending, summary.launched = None, summary.launched + 1
                     stop = self._stop_reason(len(self._running))
                 if not self._running:
-                    summary.stop_reason = stop or "nothing left to run"
+                    summary.stop_reason = stop or "; ".join(self.refusals) or "nothing left to run"
                     break
                 done, _ = wait(list(self._running), timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -268,6 +276,8 @@ class Driver:
     def _launch(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
         size = trial_size(self.space.hardware.per_trial, params)
         partition = self.pool.acquire(size)
+        while partition is not None and self._refused(partition):
+            partition = self.pool.acquire(size)  # the next free one; the refused one is quarantined
         if partition is None:
             return False
         trial.set_user_attr("partition", list(partition.devices))
@@ -276,6 +286,20 @@ class Driver:
         future = self.executor.submit(self.space, params, self.run_dir.trial(trial.number), partition, self.ledger)
         self._running[future] = entry
         self._launching = None
+        return True
+
+    def _refused(self, partition: Partition) -> bool:
+        """A partition whose GPUs some process holds before the trial is refused (quarantined)."""
+        if self.hygiene is None or not self.hygiene.available:
+            return False
+        holders = self.hygiene.held(partition.devices)
+        if not holders:
+            return False
+        self.pool.release(partition)
+        self.pool.quarantine(partition)
+        held = ", ".join(h.describe() for h in holders)
+        self.refusals.append(f"{partition.describe()} refused: memory held before the trial by {held}")
+        logger.error("%s", self.refusals[-1])
         return True
 
     def _stop_reason(self, in_flight: int) -> str:

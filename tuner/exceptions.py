@@ -11,6 +11,7 @@ Everything below the driver raises; exactly one function
     │   ├── StartupFailed           the server died or logged a fatal line before it was ready
     │   ├── StartupTimeout          the server never became ready within the startup timeout
     │   ├── TrialTimeout            the whole trial outran its wall-clock limit
+    │   ├── CrashedUnderLoad        the server died, or answered only errors, while it was probed
     │   └── ScreenedOut             the pre-screen predicted a failure; nothing was launched
     ├── ProbeError                  a probe could not produce a measurement (trial FAIL)
     ├── TeardownError               a process of the server's group outlived the teardown
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConfigError",
     "ConfigInfeasible",
+    "CrashedUnderLoad",
     "InfrastructureError",
     "ProbeError",
     "ProvisionError",
@@ -98,6 +100,11 @@ class StartupTimeout(ConfigInfeasible):
 
 class TrialTimeout(ConfigInfeasible):
     """The trial (startup and probes) outran its wall-clock limit; its server was stopped."""
+
+
+class CrashedUnderLoad(ConfigInfeasible):
+    """The server started but died, or answered server errors, under the probes' load (the
+    config crashed: raised max-running-requests and the service never came back)."""
 
 
 class ScreenedOut(ConfigInfeasible):

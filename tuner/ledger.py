@@ -2,8 +2,11 @@
 ``runs/<study>/servers/``, removed after a clean teardown.
 
 After a crash (the tuner SIGKILLed, a Ray worker lost), a rerun stops the servers whose entries
-remain — but only a process whose pid AND kernel start time both match its entry, so a reused
-pid of some other program is never touched. Nothing is ever found by name or by port."""
+remain, also when the recorded leader already died and its children live on (vLLM's EngineCore,
+SGLang's scheduler, with parent 1): a process belongs to a recorded server when it is in the
+leader's process group or session and started no earlier than the leader, and the leader's pid
+was not reused (a live process with that pid and another start time means the ids were
+recycled: nothing is touched). Nothing is ever found by name or by port."""
 
 from __future__ import annotations
 
@@ -55,6 +58,19 @@ class Entry:
     def alive(self) -> bool:
         return start_ticks(self.pid) == self.start_ticks
 
+    def members(self) -> list[int]:
+        """Live processes of this server: its leader if alive, and every process of its group or
+        session started no earlier than the leader (its forked engine children, also orphaned).
+        Empty when the leader's pid now belongs to a newer process (ids recycled)."""
+        leader = procfs.stat(self.pid)
+        if leader is not None and leader.start_ticks != self.start_ticks:
+            return []
+        return sorted(
+            p.pid
+            for p in procfs.processes()
+            if not p.zombie and self.pgid in (p.pgrp, p.session) and p.start_ticks >= self.start_ticks
+        )
+
 
 class Ledger:
     def __init__(self, root: Path) -> None:
@@ -101,19 +117,23 @@ class Ledger:
     def for_trial(self, trial_dir: Path) -> list[Entry]:
         return [e for e in self.entries() if Path(e.trial_dir) == Path(trial_dir)]
 
-    def stop_orphans(self, entries: list[Entry] | None = None) -> list[Entry]:
-        """Stop the recorded servers that still live (same pid and start time); forget the rest."""
+    def stop_orphans(self, entries: list[Entry] | None = None) -> list[tuple[Entry, list[int]]]:
+        """Stop what still lives of the recorded servers (leader and children, see :meth:`Entry.members`);
+        forget the entries. Returns each stopped entry with the pids that were alive."""
         from tuner.server import terminate_group, terminate_pid
 
         stopped = []
         for entry in self.entries() if entries is None else entries:
-            if entry.alive():
-                logger.warning("stopping leftover process %d (group %d) of %s", entry.pid, entry.pgid, entry.trial_dir)
-                if entry.pgid == entry.pid and entry.pgid != os.getpgrp():
-                    terminate_group(entry.pgid, term_timeout=5.0)  # a server: its own session and group
-                else:
-                    terminate_pid(entry.pid, term_timeout=5.0)  # e.g. Ray's helpers share a group with others
-                stopped.append(entry)
+            if entry.pgid == entry.pid and entry.pgid != os.getpgrp():  # a server: its own session and group
+                members = entry.members()
+                if members:
+                    logger.warning("stopping leftover processes %s (group %d) of %s", members, entry.pgid, entry.trial_dir)
+                    terminate_group(entry.pgid, term_timeout=5.0)
+                    stopped.append((entry, members))
+            elif entry.alive():  # e.g. Ray's helpers share a group with others: only the process itself
+                logger.warning("stopping leftover process %d of %s", entry.pid, entry.trial_dir)
+                terminate_pid(entry.pid, term_timeout=5.0)
+                stopped.append((entry, [entry.pid]))
             self.remove(entry.pid)
         return stopped
 

@@ -26,7 +26,7 @@ import httpx
 
 from tuner import procfs
 from tuner.engines import Command, EngineAdapter, Signature
-from tuner.engines._signatures import first_fatal
+from tuner.engines._signatures import first_fatal, raised_exception
 from tuner.evidence import Evidence, LogLine
 from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
 from tuner.ledger import Ledger
@@ -54,8 +54,10 @@ class ServerProcess:
         term_timeout: float = 5.0,
         poll_interval: float = 0.2,
         ledger: Ledger | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.command = command
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.adapter = adapter
         self.log_path = Path(log_path)
         self.host = host
@@ -76,6 +78,7 @@ class ServerProcess:
         self.fatal_at: float | None = None  # wall-clock time the first fatal line was read
         self._fatal_seen = threading.Event()
         self._reader: threading.Thread | None = None
+        self.output_closed_at: float | None = None
 
     @property
     def url(self) -> str:
@@ -124,6 +127,29 @@ class ServerProcess:
                     self.fatal_at = time.time()
                     self._fatal = (sig, line.rstrip())
                     self._fatal_seen.set()
+        self.output_closed_at = time.time()  # every process of the server closed its output: exited
+
+    def died(self) -> bool:
+        """The server exited on its own (not stopped by the tuner)."""
+        return self.proc is not None and self.proc.poll() is not None and not self.stopped_by_tuner
+
+    def failure_evidence(self, *, signature: str, details: dict[str, Any], since: float) -> Evidence:
+        """Evidence of a server that failed while it served: how it ended, the engine's own
+        words (the matched signature, else its last raised exception), when it exited (seconds
+        after the wall-clock time ``since``), and ``details``."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self._let_it_exit()  # it may be on its way out: give it a moment to write its last lines
+        elif self._reader is not None:
+            self._reader.join(2.0)  # the log's last lines
+        found = self.evidence(default_signature=signature)
+        extra: dict[str, Any] = {"stopped_by_tuner": self.stopped_by_tuner}
+        raised = raised_exception(list(enumerate(self.log_text().splitlines(), start=1)))
+        if raised is not None:
+            extra["last_exception"] = raised.text.strip()[-500:]
+        if self.proc.poll() is not None and self.output_closed_at is not None:
+            extra["exited_after_s"] = round(self.output_closed_at - since, 3)
+        return replace(found, summary=found.summary or signature, details={**found.details, **extra, **details})
 
     def wait_ready(self) -> float:
         """Block until the server serves a real completion; returns seconds taken.
@@ -132,7 +158,7 @@ class ServerProcess:
         :class:`StartupTimeout` when the startup timeout passes first."""
         assert self.proc is not None, "server not started"
         deadline = self.started_at + self.startup_timeout
-        with httpx.Client(timeout=httpx.Timeout(10.0, connect=1.0), trust_env=False) as client:
+        with httpx.Client(timeout=httpx.Timeout(10.0, connect=1.0), trust_env=False, headers=self.headers) as client:
             while True:
                 if self._fatal_seen.is_set():
                     self._let_it_exit()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,13 +17,13 @@ from typing import Any
 
 from tuner import engines, probes
 from tuner.artifacts import write_json
-from tuner.exceptions import ConfigInfeasible
+from tuner.exceptions import ConfigInfeasible, CrashedUnderLoad
 from tuner.ledger import Ledger
 from tuner.partitions import Partition
 from tuner.engines import Command
 from tuner.probes import ServerHandle
 from tuner.probes.capacity import read_capacity
-from tuner.records import Timings, TrialOutcome
+from tuner.records import ProbeResult, Timings, TrialOutcome
 from tuner.server import ServerProcess
 from tuner.space import SearchSpace
 
@@ -85,6 +86,7 @@ def serve(
         startup_timeout=space.server.startup_timeout,
         memory_cap=space.server.memory_cap,
         ledger=ledger,
+        api_key=api_key,
     )
     server.start()
     try:
@@ -113,19 +115,65 @@ def run_trial(
     start, :class:`~tuner.exceptions.ProbeError` when it cannot be measured."""
     adapter = engines.get(space.engine)
     with serve(space, params, trial_dir, partition, ledger=ledger) as served:
-        probe_began = time.monotonic()
-        with pinned(partition.client_cpus):
-            results = tuple(probe.run(served.handle) for probe in probes.from_space(space))
-        probe_s = time.monotonic() - probe_began
+        probe_began = time.time()
+        results: list[ProbeResult] = []
+        try:
+            with pinned(partition.client_cpus):
+                for probe in probes.from_space(space):
+                    results.append(probe.run(served.handle))
+        except Exception as exc:  # noqa: BLE001 - a dead server, else the probe's own failure
+            crash = _crash(served.server, results, probe_began, failed=(probe.name, exc))
+            if crash is not None:
+                raise crash from None
+            raise
+        if (crash := _crash(served.server, results, probe_began)) is not None:
+            raise crash
+        probe_s = time.time() - probe_began
     command = served.command
     outcome = TrialOutcome(
         params=dict(params),
         argv=tuple(command.redact(a) for a in command.argv),
         capacity=served.handle.capacity,
-        probes=results,
+        probes=tuple(results),
         timings=Timings(served.startup_s, probe_s, served.server.teardown_s, served.started_at, time.time()),
         log_path=str(served.server.log_path),
         engine_version=adapter.version(),
     )
     write_json(trial_dir / "outcome.json", outcome.to_dict())
     return outcome
+
+
+SERVER_ERROR = re.compile(r"\bHTTP 5\d\d\b|RemoteProtocolError|ConnectError|ReadError|Server disconnected")
+
+
+def _crash(
+    server: ServerProcess, results: list[ProbeResult], began: float, *, failed: tuple[str, BaseException] | None = None
+) -> CrashedUnderLoad | None:
+    """The verdict on a server that died or answered only server errors while it was probed
+    (PRUNED: the config crashed under load), with the evidence; None when it still serves."""
+    first = _first_error(results, failed)
+    died = server.died()
+    if not died and (first is None or not SERVER_ERROR.search(first["first_error"]) or not first["fatal"]):
+        return None
+    details: dict[str, Any] = {"probe_began_at": began, **(first or {})}
+    evidence = server.failure_evidence(signature="crashed_under_load", details=details, since=began)
+    where = f" in {first['probe']}" + (f" at concurrency {first['concurrency']}" if first.get("concurrency") else "") if first else ""
+    what = "died" if died else "answered only errors"
+    return CrashedUnderLoad(f"the server {what} under load{where}: {evidence.describe()}", evidence=evidence)
+
+
+def _first_error(results: list[ProbeResult], failed: tuple[str, BaseException] | None) -> dict[str, Any] | None:
+    """The first failed request the probes saw: probe, level, message, seconds into the level's
+    window; ``fatal`` when it stopped the probe (a level given up for errors, or the probe raised)."""
+    for result in results:
+        for level, summary in (result.details.get("levels") or {}).items():
+            if summary.get("first_error"):
+                return {
+                    "probe": result.probe, "concurrency": int(level), "first_error": summary["first_error"],
+                    "first_error_at_s": summary.get("first_error_at_s"), "error_rate": summary.get("error_rate"),
+                    "fatal": "error rate" in str(result.details.get("stop_reason", "")),
+                }
+    if failed is not None:
+        name, exc = failed
+        return {"probe": name, "first_error": f"{type(exc).__name__}: {exc}"[:300], "fatal": True}
+    return None

@@ -119,3 +119,55 @@ def test_allowed_long_max_model_len_is_a_warning_not_a_failure() -> None:
 def test_allowed_long_sglang_context_is_a_warning_not_a_failure() -> None:
     line = "[2026-11-29 09:42:13] Warning: User-specified context_length (2000000) is greater than the derived context_length (8192)."
     assert engines.get("sglang").classify(line) is None
+
+
+# SGLang 0.5.17 (mem_cache/kv_cache_configurator.py) raises this when the weights leave no room for
+# the KV cache; no signature knows its words, and the scheduler's crash line comes first.
+SGLANG_MEM_FRACTION = """[2026-11-29 10:00:00] Scheduler hit an exception: Traceback (most recent call last):
+  File "/tmp/site/sglang/srt/managers/scheduler.py", line 3000, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)
+  File "/tmp/site/sglang/srt/mem_cache/kv_cache_configurator.py", line 1647, in _profile_available_bytes
+    raise ValueError(
+ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.1. Raise --mem-fraction-static above 0.170 (minimum viable = 1 - available/pre = 0.1693). If using speculative decoding, draft weights are now counted.
+
+[2026-11-29 10:00:01] Received sigquit from a child process. It usually means the child failed.
+"""
+
+
+def test_unknown_wording_is_headed_by_the_raised_exception_and_graded_by_its_numbers() -> None:
+    from tuner.driver import grade
+
+    match = engines.get("sglang").classify(SGLANG_MEM_FRACTION)
+    assert match.signature.name == "raised_kv_cache_does_not_fit"
+    assert match.signature.category == Category.KV_CACHE
+    assert match.lines[0].text.startswith("ValueError: Loaded weights leave no GPU memory")
+    assert match.details["asked_flag"] == "--mem-fraction-static"
+    assert (match.details["asked"], match.details["viable"]) == (0.1, 0.17)
+    assert grade(match.details) == pytest.approx(0.7)
+
+
+def test_vllm_root_cause_beats_the_api_servers_reraise() -> None:
+    drifted = (
+        "(EngineCore pid=7) Traceback (most recent call last):\n"
+        '(EngineCore pid=7)   File "core.py", line 9, in run\n'
+        "(EngineCore pid=7) ValueError: Insufficient device memory left for KV cache blocks.\n"
+        "Traceback (most recent call last):\n"
+        '  File "api_server.py", line 3, in main\n' + ENGINE_CORE + "\n"
+    )
+    match = engines.get("vllm").classify(drifted)
+    assert match.signature.name == "raised_kv_cache_does_not_fit"
+    assert "Insufficient device memory" in match.lines[0].text
+
+
+@pytest.mark.parametrize(
+    ("words", "category"),
+    [
+        ("RuntimeError: CUDA error: out of memory", Category.OUT_OF_MEMORY),
+        ("ValueError: requested context length 999999 is too long for this model", Category.CONTEXT_TOO_LONG),
+        ("OSError: [Errno 98] Address already in use", Category.PORT_IN_USE),
+        ("AssertionError: something else entirely", Category.CRASH),
+    ],
+)
+def test_a_raised_exception_is_classified_by_its_words(words: str, category: str) -> None:
+    match = engines.get("sglang").classify("INFO starting\nTraceback (most recent call last):\n  File \"x.py\"\n" + words + "\n")
+    assert match.signature.category == category and match.lines[0].text == words

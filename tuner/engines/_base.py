@@ -135,10 +135,22 @@ class EngineAdapter(ABC):
             *self.listen_args(space.server.host, port),
         ]
         env = self.environment(space)
+        key = os.environ.get(space.server.api_key_env) if space.server.api_key_env else None
+        if key:
+            argv += self.api_key_args(key)
+            env.update(self.api_key_env(key))
         if partition is not None:
             argv = partition.wrap(argv)
             env.update(partition.env())
         return Command(tuple(argv), env, tuple(secrets))
+
+    def api_key_args(self, key: str) -> list[str]:
+        """Flags that make the server require ``key`` (redacted wherever argv is shown)."""
+        return []
+
+    def api_key_env(self, key: str) -> dict[str, str]:
+        """Environment that makes the server require ``key``."""
+        return {}
 
     def listen_args(self, host: str, port: int) -> list[str]:
         return ["--host", host, "--port", str(port)]

@@ -9,7 +9,7 @@ from typing import Any
 
 from tuner.evidence import LogLine
 
-__all__ = ["Category", "Signature", "SignatureMatch", "classify", "first_fatal"]
+__all__ = ["Category", "Signature", "SignatureMatch", "classify", "first_fatal", "raised_exception", "words_category"]
 
 
 class Category:
@@ -57,13 +57,93 @@ class SignatureMatch:
 def classify(
     signatures: Sequence[Signature], log_text: str, *, max_lines: int = 12
 ) -> SignatureMatch | None:
-    """The first signature (in priority order) that matches any line of ``log_text``."""
+    """The first signature (in priority order) that matches any line of ``log_text``.
+
+    Engines reword their errors between releases. When no signature names the failure (none
+    matches, or only a generic crash line such as "Scheduler hit an exception"), the failure
+    is the exception the engine raised: the final line of its last traceback heads the
+    evidence, its words give the category, and the numbers it prints (asked vs viable) the grade."""
     numbered = list(enumerate(log_text.splitlines(), start=1))
     for signature in signatures:
         hits = [LogLine(n, text) for n, text in numbered if signature.matches(text)]
         if hits:
+            generic = signature.matches if signature.category == Category.CRASH else None
+            if generic is not None and (raised := raised_exception(numbered, generic=generic)) is not None:
+                return _from_exception(raised, hits, max_lines)
             return SignatureMatch(signature, tuple(hits[:max_lines]), _grade(signature, hits))
+    raised = raised_exception(numbered)
+    return _from_exception(raised, [], max_lines) if raised is not None else None
+
+
+# The final line of a Python traceback: ``ValueError: ...`` (or a dotted class), possibly after a
+# log prefix such as vLLM's "(EngineCore pid=12) " or a timestamp.
+_RAISED = re.compile(r"(?:^|[\s)\]])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure))(?::\s*(.*))?$")
+_TRACEBACK = "Traceback (most recent call last):"
+_WORDS = (  # first match wins: the most specific words first
+    (Category.CONTEXT_TOO_LONG, re.compile(r"context[ _-]?len|max[ _-]?(model|seq)[ _-]?len|too long|context length", re.I)),
+    (Category.KV_CACHE, re.compile(r"kv[ _-]?cache|cache blocks|--mem-fraction-static|gpu[_ -]memory[_ -]utilization", re.I)),
+    (Category.OUT_OF_MEMORY, re.compile(r"out of memory|\boom\b|not enough (gpu )?memory|cannot allocate|bad_alloc", re.I)),
+    (Category.PORT_IN_USE, re.compile(r"address already in use", re.I)),
+)
+_ASKED = re.compile(r"(--[a-z][\w-]*)[= ]\(?([0-9][0-9.,]*)")
+_VIABLE = re.compile(r"(?:minimum viable|at least|above|at most|below|maximum|estimated)\D{0,40}?([0-9][0-9.,]*)", re.I)
+
+
+def raised_exception(
+    numbered: Sequence[tuple[int, str]], *, generic: Callable[[str], bool] = lambda text: False
+) -> LogLine | None:
+    """The exception an engine raised: the final line of the last traceback in a log whose words
+    are not ``generic`` (vLLM's API server re-raises the engine core's root cause as "Engine core
+    initialization failed. See root cause above."); without a traceback, the last line that reads
+    like a raised exception. None when there is none."""
+    finals, loose = [], []
+    in_traceback = False
+    for number, text in numbered:
+        if _TRACEBACK in text:
+            in_traceback = True
+            continue
+        if text.startswith((" ", "\t")) or _RAISED.search(text.rstrip()) is None:
+            continue
+        line = LogLine(number, text.rstrip())
+        (finals if in_traceback else loose).append(line)
+        in_traceback = False
+    for found in (finals, loose):
+        useful = [line for line in found if not generic(line.text)]
+        if useful:
+            return useful[-1]
     return None
+
+
+def words_category(text: str) -> str:
+    """A failure category from an exception's words (memory, KV cache, context length, ...)."""
+    return next((category for category, words in _WORDS if words.search(text)), Category.CRASH)
+
+
+def printed_numbers(text: str) -> dict[str, Any]:
+    """The numbers an exception prints about the config: the flag value asked for and the value
+    the engine says would be viable (e.g. SGLang's "--mem-fraction-static=0.1 ... above 0.170")."""
+    details: dict[str, Any] = {}
+    if (asked := _ASKED.search(text)) is not None:
+        details["asked_flag"], details["asked"] = asked.group(1), _number(asked.group(2))
+    rest = text[asked.end() :] if asked is not None else text
+    if (viable := _VIABLE.search(rest)) is not None:
+        details["viable"] = _number(viable.group(1))
+    return {k: v for k, v in details.items() if v is not None}
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").rstrip("."))
+    except ValueError:
+        return None
+
+
+def _from_exception(raised: LogLine, hits: list[LogLine], max_lines: int) -> SignatureMatch:
+    text = raised.text
+    category = words_category(text)
+    signature = Signature(f"raised_{category}", category, (), fatal=False)
+    details = {"exception": text.strip()[-500:], **printed_numbers(text)}
+    return SignatureMatch(signature, (raised, *hits)[:max_lines], details)
 
 
 def first_fatal(signatures: Iterable[Signature], line: str) -> Signature | None:

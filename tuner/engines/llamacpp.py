@@ -100,11 +100,8 @@ class LlamaCppAdapter(EngineAdapter):
             return f"model file {path!r} does not exist"
         return None
 
-    def environment(self, space: SearchSpace) -> dict[str, str]:
-        env = dict(space.server.env)
-        if space.server.api_key_env:
-            env["LLAMA_API_KEY"] = os.environ.get(space.server.api_key_env, "")
-        return env
+    def api_key_env(self, key: str) -> dict[str, str]:
+        return {"LLAMA_API_KEY": key}
 
     def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
         slots = int(flags.get("parallel", 4))

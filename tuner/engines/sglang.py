@@ -84,6 +84,9 @@ class SglangAdapter(EngineAdapter):
             flags = {RENAMED.get(name, name): value for name, value in flags.items()}
         return super().render_flags(flags)
 
+    def api_key_args(self, key: str) -> list[str]:
+        return ["--api-key", key]  # SGLang reads no environment variable for it
+
     def listen_args(self, host: str, port: int) -> list[str]:
         # SGLang opens internal ports (NCCL, ZMQ) from a base: keep them inside the partition's block
         return ["--host", host, "--port", str(port), "--nccl-port", str(port + 50)]

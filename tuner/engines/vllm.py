@@ -113,6 +113,9 @@ class VllmAdapter(EngineAdapter):
             return False
         return completion_works(client, base_url, model, {"ignore_eos": True})
 
+    def api_key_env(self, key: str) -> dict[str, str]:
+        return {"VLLM_API_KEY": key}  # vllm serve reads it like --api-key, without putting it in argv
+
     def capacity(self, log_text: str, client: httpx.Client | None, base_url: str | None) -> Capacity:
         sources: dict[str, dict[str, Any]] = {}
         if log := parse_log(log_text):

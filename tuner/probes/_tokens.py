@@ -24,14 +24,15 @@ def filler_words(count: int, seed: int) -> list[str]:
 class Tokenizer:
     """Counts tokens with the server's ``/tokenize`` endpoint (llama.cpp, vLLM, SGLang all have one)."""
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, model: str) -> None:
+    def __init__(self, client: httpx.AsyncClient, base_url: str, model: str, headers: dict[str, str] | None = None) -> None:
         self.client = client
         self.base_url = base_url
         self.model = model
+        self.headers = headers  # the API key, where the server requires one
 
     async def count(self, text: str) -> int:
         reply = await self.client.post(
-            f"{self.base_url}/tokenize", json={"content": text, "prompt": text, "model": self.model}
+            f"{self.base_url}/tokenize", json={"content": text, "prompt": text, "model": self.model}, headers=self.headers
         )
         reply.raise_for_status()
         data = reply.json()

@@ -198,7 +198,7 @@ class LoadProbe(Probe):
         """The i-th request's prompt: fresh (never seen by the server) and of the asked length."""
         if self.spec.dataset:
             return _dataset_prompts(self.spec.dataset)
-        tokenizer = Tokenizer(client, server.url, server.model)
+        tokenizer = Tokenizer(client, server.url, server.model, server.headers)
         maker = PromptMaker(await one_token_words(tokenizer), self.spec.prompt_tokens, prefix_tokens=self.spec.prefix_tokens)
         probe = maker.make(-1)
         url, body, headers = self._request(server, probe)

@@ -43,7 +43,7 @@ class OverloadProbe(Probe):
         limits = httpx.Limits(max_connections=burst + 4, max_keepalive_connections=burst + 4)
         async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
             words = filler_words(self.spec.prompt_tokens * 2, seed=1)
-            text, _ = await Tokenizer(client, server.url, server.model).fit(lambda n: " ".join(words[:n]), self.spec.prompt_tokens)
+            text, _ = await Tokenizer(client, server.url, server.model, server.headers).fit(lambda n: " ".join(words[:n]), self.spec.prompt_tokens)
             body: dict[str, Any] = {
                 "model": server.model,
                 "max_tokens": self.spec.output_tokens,

@@ -53,7 +53,7 @@ class RecallProbe(Probe):
         stop = "completed"
         timeout = httpx.Timeout(self.spec.request_timeout, connect=10.0)
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
-            tokenizer = Tokenizer(client, server.url, server.model)
+            tokenizer = Tokenizer(client, server.url, server.model, server.headers)
             for length in self.spec.lengths:
                 if limit is not None and length + ANSWER_TOKENS > limit:
                     stop = f"length {length} does not fit the per-request context {limit}"

@@ -1,0 +1,97 @@
+"""A trial whose real llama-server dies while it is probed is a config that crashed under load:
+PRUNED with evidence (how it ended, the first failed request, when), never a FAIL or a
+COMPLETE without evidence."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import tiny_space
+from tuner import objectives
+from tuner.artifacts import RunDir
+from tuner.driver import record
+from tuner.exceptions import CrashedUnderLoad
+from tuner.ledger import Ledger
+from tuner.partitions import make_partitions
+from tuner.space import validate
+from tuner.trial import run_trial
+
+pytestmark = pytest.mark.integration
+
+
+def _kill_when_probed(ledger: Ledger, log_dir: Path, after_s: float) -> threading.Thread:
+    """SIGKILL the server's leader once it has answered a probe request (llama.cpp logs each slot it launches)."""
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            log = log_dir / "server.log"
+            if log.exists() and log.read_text().count("launch_slot_") >= 2 and ledger.entries():
+                time.sleep(after_s)
+                os.kill(ledger.entries()[0].pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("after_s", [0.0, 1.0])  # while prompts are calibrated / inside a level's window
+def test_server_killed_mid_probe_is_pruned_with_evidence(tmp_path: Path, llama_server: Path, smollm2: Path, after_s: float) -> None:
+    raw = tiny_space()
+    raw["probes"]["load"].update(duration=3, max_duration=4, output_tokens=64)
+    space = validate(raw, "tiny.yaml")
+    ledger = Ledger(tmp_path / "servers")
+    trial_dir = tmp_path / "trials" / "0"
+    killer = _kill_when_probed(ledger, trial_dir, after_s)
+    [partition] = make_partitions("cpu", [0], 1)
+
+    with pytest.raises(CrashedUnderLoad) as info:
+        run_trial(space, {"ctx-size": 2048}, trial_dir, partition, ledger=ledger)
+    killer.join(1)
+
+    evidence = info.value.evidence
+    assert evidence.signal == "SIGKILL" and evidence.returncode is None
+    assert evidence.details["stopped_by_tuner"] is False
+    assert evidence.details["first_error"]  # the first failed request, in the server's or httpx's words
+    assert evidence.details["probe"] == "load"
+    assert 0 < evidence.details["exited_after_s"] < 30
+    assert "died under load in load" in str(info.value)
+
+    # the verdict: PRUNED (the sampler learns), evidence kept on the trial and on disk
+    objective = objectives.load(space.objectives)
+    study = optuna.create_study(directions=objective.directions)
+    trial = study.ask()
+    state, summary, _ = record(study, trial, RunDir(tmp_path), objective, error=info.value)
+    assert state == TrialState.PRUNED
+    assert study.trials[0].user_attrs["signature"] == evidence.signature
+    assert json.loads((tmp_path / "trials" / "0" / "evidence.json").read_text())["signal"] == "SIGKILL"
+
+
+def test_a_server_that_requires_an_api_key_is_ready_and_measured(
+    tmp_path: Path, llama_server: Path, smollm2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """server.api_key_env: readiness, capacity and probes send the key; it is nowhere on disk."""
+    secret = "sk-tuner-test-5f3a9c"
+    monkeypatch.setenv("TUNER_TEST_KEY", secret)
+    raw = tiny_space()
+    raw["server"]["api_key_env"] = "TUNER_TEST_KEY"
+    raw["server"]["startup_timeout"] = "20s"
+    space = validate(raw, "tiny.yaml")
+    [partition] = make_partitions("cpu", [0], 1)
+    began = time.monotonic()
+    outcome = run_trial(space, {"ctx-size": 2048}, tmp_path / "trials" / "0", partition)
+    assert time.monotonic() - began < 20, "readiness did not send the key (waited for the startup timeout)"
+    assert outcome.metrics()["load.output_tok_s"] > 0
+    for path in (tmp_path / "trials" / "0").iterdir():
+        assert secret not in path.read_text(), f"the API key leaked into {path.name}"
