@@ -69,3 +69,12 @@ def test_a_recycled_pid_is_never_touched(tmp_path: Path) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_trials_entries_are_found_from_a_relative_path(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Workers record absolute trial dirs; the driver sweeps with runs/<study>/trials/<n>."""
+    monkeypatch.chdir(tmp_path)
+    ledger = Ledger(Path("runs/s/servers"))
+    entry = ledger.add(os.getpid(), (tmp_path / "runs/s/trials/3").resolve(), sys.executable)
+    assert ledger.for_trial(Path("runs/s/trials/3")) == [entry]
+    assert ledger.for_trial(Path("runs/s/trials/4")) == []

@@ -33,10 +33,14 @@ def _space(tmp_path: Path, trials: int) -> Path:
     return path
 
 
-def _start(tmp_path: Path, space: Path, study: str) -> subprocess.Popen[str]:
+def _start(tmp_path: Path, space: Path, study: str, *, sigint_ignored: bool = False) -> subprocess.Popen[str]:
+    def ignore_sigint() -> None:  # what `tune run &` in a non-interactive script inherits
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     return subprocess.Popen(
         [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", study],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=ignore_sigint if sigint_ignored else None,
     )
 
 
@@ -98,12 +102,46 @@ def test_sigint_stops_tears_down_and_records(tmp_path: Path, llama_server: Path)
     os.kill(run.pid, signal.SIGINT)
     out, _ = run.communicate(timeout=60)
     assert time.monotonic() - began < 30, "did not exit within 30 s of SIGINT"
-    assert run.returncode == 0, out
+    assert run.returncode == 128 + signal.SIGINT, out  # a script can tell a stopped run from a finished one
     assert "stopped: stopped by SIGINT" in out
     assert not any(_alive(s) for s in servers)
     study = optuna.load_study(study_name="stop", storage=f"sqlite:///{tmp_path}/runs/stop/study.db")
     assert not any(t.state == TrialState.RUNNING for t in study.get_trials())
     assert any(t.state == TrialState.FAIL and "interrupted" in t.user_attrs.get("error", "") for t in study.get_trials())
+
+
+def test_stop_with_sigint_inherited_as_ignored_and_a_second_run_refused(tmp_path: Path, llama_server: Path) -> None:
+    """Started as a background job of a script (SIGINT ignored): a second run on the study is
+    refused in one line naming the first; SIGINT stops the first without waiting out the
+    grace, exit 130; every trial is recorded as what it was (measured ones COMPLETE)."""
+    space = _space(tmp_path, trials=6)
+    raw = yaml.safe_load(space.read_text())
+    raw["probes"]["load"].update(duration=25, max_duration=25)  # stopped mid-probe, not between trials
+    space.write_text(yaml.safe_dump(raw))
+    ledger = tmp_path / "runs" / "bg" / "servers"
+    run = _start(tmp_path, space, "bg", sigint_ignored=True)
+    servers = _wait_for_servers(ledger, 2)
+
+    second = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", "bg"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    lines = second.stderr.strip().splitlines()
+    assert second.returncode == 1 and len(lines) == 1, second.stderr
+    assert lines[0].startswith(f"error: study 'bg' is being run by pid {run.pid} on "), lines
+    assert all(_alive(s) for s in servers), "the refused run touched the first run's servers"
+
+    began = time.monotonic()
+    os.kill(run.pid, signal.SIGINT)  # the driver's handler hears it even so; the workers must too
+    out, _ = run.communicate(timeout=60)
+    assert time.monotonic() - began < 15, "the soft cancel did nothing: the stop waited out its grace"
+    assert run.returncode == 128 + signal.SIGINT, out
+    assert not any(_alive(s) for s in servers)
+    study = optuna.load_study(study_name="bg", storage=f"sqlite:///{tmp_path}/runs/bg/study.db")
+    for t in study.get_trials():
+        assert t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED), t
+        finished = (tmp_path / "runs" / "bg" / "trials" / str(t.number) / "outcome.json").is_file()
+        assert not (finished and t.state == TrialState.FAIL), f"trial {t.number} measured but recorded FAIL"
 
 
 def _affinity(pid: int) -> str:

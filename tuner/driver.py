@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from pathlib import Path
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
@@ -390,6 +392,15 @@ class Driver:
                 self.executor.cancel(future, force=True)
         for entry in self._running.values():
             self._sweep(entry.trial.number)
+        for future, entry in list(self._running.items()):
+            # A trial that finished before it was stopped (its worker wrote a complete outcome.json,
+            # e.g. one that ignored the soft cancel) is recorded as what it measured.
+            outcome = _written_outcome(self.run_dir.trial(entry.trial.number))
+            if outcome is not None:
+                del self._running[future]
+                self.pool.release(entry.partition)
+                record(self.study, entry.trial, self.run_dir, self.objective, outcome=outcome)
+                logger.info("trial %d finished before the stop: recorded from its outcome.json", entry.trial.number)
         self._abandon(f"interrupted: {summary.stop_reason}")
 
     def _abandon(self, why: str) -> None:
@@ -457,6 +468,14 @@ class _Running:
     partition: Partition
     began: float
     timed_out: bool = False
+
+
+def _written_outcome(trial_dir: Path) -> TrialOutcome | None:
+    """The outcome a worker wrote (atomically, after its server was torn down), if any."""
+    try:
+        return TrialOutcome.from_dict(json.loads((trial_dir / "outcome.json").read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _argv(trial_dir: Any) -> tuple[str, ...]:

@@ -68,8 +68,14 @@ class InlineExecutor:
 def _remote_trial(space: dict[str, Any], params: dict[str, Any], trial_dir: str, partition: Partition, ledger: str | None) -> tuple[str, Any]:
     """Body of the Ray task. Errors travel back as values (our exceptions pickle with evidence)."""
     import logging as _logging
+    import signal as _signal
 
     _logging.getLogger("tuner").setLevel(_logging.INFO)
+    try:  # Ray's soft cancel interrupts the task like SIGINT, which does nothing while SIGINT is
+        # ignored, as it is inherited by a run started in the background (`tune run &` in a script)
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    except ValueError:
+        pass  # not the worker's main thread: Ray cancels it another way
     try:
         outcome = run_trial(
             SearchSpace.model_validate(space), params, Path(trial_dir), partition, ledger=Ledger(Path(ledger)) if ledger else None

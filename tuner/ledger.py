@@ -115,7 +115,8 @@ class Ledger:
         return [e for e in self.entries() if e.trial_dir == label]
 
     def for_trial(self, trial_dir: Path) -> list[Entry]:
-        return [e for e in self.entries() if Path(e.trial_dir) == Path(trial_dir)]
+        wanted = Path(trial_dir).resolve()  # workers record absolute paths; the driver may hold relative ones
+        return [e for e in self.entries() if Path(e.trial_dir).resolve() == wanted]
 
     def stop_orphans(self, entries: list[Entry] | None = None) -> list[tuple[Entry, list[int]]]:
         """Stop what still lives of the recorded servers (leader and children, see :meth:`Entry.members`);

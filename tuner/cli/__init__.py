@@ -44,3 +44,6 @@ def main() -> None:
     except TunerError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)

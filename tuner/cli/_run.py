@@ -19,6 +19,7 @@ from tuner.noise import NOISE
 from tuner.pick import candidates, pareto_front, signs
 from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
+from tuner.lock import StudyLock
 from tuner.partitions import make_partitions
 from tuner.screen import screen_for
 from tuner.study import open_study
@@ -50,9 +51,16 @@ def run(
     limit = _duration(timeout) if timeout else the_space.budget.timeout
     run_dir = RunDir.for_study(name)
     run_dir.root.mkdir(parents=True, exist_ok=True)
-    the_study = open_study(
-        the_space, objective, name=name, storage=storage or run_dir.db_url, source=str(path), force=force, sampler=sampler
-    )
+    with StudyLock(run_dir.root / "run.lock", name) as lock:
+        the_study = open_study(
+            the_space, objective, name=name, storage=storage or run_dir.db_url, source=str(path), force=force, sampler=sampler
+        )
+        lock.lease(the_study)
+        _run_locked(the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure)
+
+
+def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure) -> None:  # noqa: ANN001, PLR0913
+    """The run itself, while this process holds the study (recovery must never touch another run's servers)."""
     engines.get(the_space.engine).provision(progress_bar)
     ledger = Ledger(run_dir.root / "servers")
     echo(f"study {name}: {path} ({the_space.engine}), {budget} trials, objectives {objective.metric_names}")
@@ -75,7 +83,13 @@ def run(
     if already := driver.finished():
         echo(f"resuming: {already} trials already finished")
     plan = the_space.remeasure if the_space.remeasure.enabled and not no_remeasure else None
-    previous = {sig: signal.signal(sig, lambda s, f: driver.request_stop(f"stopped by {signal.Signals(s).name}")) for sig in _SIGNALS} if executor == "ray" else {}
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        driver.request_stop(f"stopped by {signal.Signals(signum).name}")
+
+    previous = {sig: signal.signal(sig, stop) for sig in _SIGNALS} if executor == "ray" else {}
     try:
         if plan is not None and NOISE not in the_study.user_attrs and plan.reference_runs and the_space.enqueue:
             echo(f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) before the search")
@@ -90,6 +104,8 @@ def run(
     echo(f"\nstopped: {summary.stop_reason}; {summary.launched} launched in {format_duration(summary.wall_s)}")
     print_table(the_study)
     echo(f"\nevidence: {run_dir.root}/ (trials.csv, trials/<n>/server.log, outcome.json, evidence.json)")
+    if received:  # scripts must tell a stopped run from a finished one: 128 + the signal, as shells do
+        raise typer.Exit(128 + received[0])
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)

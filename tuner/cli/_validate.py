@@ -7,6 +7,7 @@ import typer
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, open_existing, stored_space
 from tuner.executors import InlineExecutor
+from tuner.lock import StudyLock
 from tuner.objectives import ObjectiveSet
 from tuner.pick import objective_metrics, pick
 from tuner.validate import revalidate
@@ -21,16 +22,9 @@ def validate(
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
     the_study = open_existing(study, storage)
     objective = ObjectiveSet.model_validate(the_study.user_attrs["tuner.objectives"])
-    results = revalidate(
-        the_study,
-        stored_space(the_study),
-        objective,
-        RunDir.for_study(the_study.study_name),
-        InlineExecutor(),
-        top=top,
-        repeats=repeats,
-        on_run=lambda label, r, text: echo(f"{label} run {r + 1}/{repeats}: {text}"),
-    )
+    with StudyLock(RunDir.for_study(the_study.study_name).root / "run.lock", the_study.study_name) as lock:
+        lock.lease(the_study)
+        results = _revalidate(the_study, objective, top, repeats)
     echo("")
     names = objective_metrics(the_study)
     for res in results:
@@ -46,3 +40,16 @@ def validate(
         echo(f"trial {res.trial}: " + "; ".join(parts) + failed)
     chosen = pick(the_study, "knee")
     echo(f"\npick (knee): {chosen.describe(names)}")
+
+
+def _revalidate(study, objective, top: int, repeats: int):  # noqa: ANN001, ANN202
+    return revalidate(
+        study,
+        stored_space(study),
+        objective,
+        RunDir.for_study(study.study_name),
+        InlineExecutor(),
+        top=top,
+        repeats=repeats,
+        on_run=lambda label, r, text: echo(f"{label} run {r + 1}/{repeats}: {text}"),
+    )
