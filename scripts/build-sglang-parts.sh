@@ -14,7 +14,7 @@ if [ ! -d /tmp/sgjit/cache ]; then
   /tmp/jitvenv/bin/python "$G/sglang/tools/build_jit_cache.py" /tmp/sgjit/site /tmp/sgjit/cache.tmp && mv /tmp/sgjit/cache.tmp /tmp/sgjit/cache
 fi
 PY312_INCLUDE=$(/tmp/jitvenv/bin/python -c "import sysconfig; print(sysconfig.get_paths()[\"include\"])") WORK=/tmp/sgb KEEP_WORK=1 bash "$G/sglang/build-sglang-bundle.sh" "$G/sglang/sglang-0.5.17-requirements.txt" "$O/all" /tmp/sgjit/cache
-ls /tmp/sgb
-for i in 0 1 2 3 4; do mkdir -p "$O/p$i"; mv /tmp/sgb/sglang0517.tar.xz.part0$i "$O/p$i/"; done
-cp /tmp/sgb/SHA256SUMS "$G/model-kit.tar.xz" "$O/p0/"
+ls "$O/all"
+for i in 0 1 2 3 4; do mkdir -p "$O/p$i"; mv "$O"/all/sglang0517.tar.xz.part0$i "$O/p$i/"; done
+cp "$O"/all/SHA256SUMS "$G/model-kit.tar.xz" "$O/p0/"
 ls -la "$O"/p*

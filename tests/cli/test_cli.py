@@ -80,3 +80,62 @@ def test_status_of_a_missing_study(tmp_path: Path) -> None:
     out = tune("status", "--study", "nope", cwd=tmp_path)
     assert out.returncode == 2
     assert "no study 'nope'" in out.stderr
+
+
+def _fixture_db(tmp_path: Path) -> Path:
+    import shutil
+
+    db = tmp_path / "study.db"
+    shutil.copy(FIXTURES / "gpu" / "h200-vllm" / "study.db", db)
+    return db
+
+
+def _one_line(out: subprocess.CompletedProcess[str], code: int, starts: str) -> None:
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == code and len(lines) == 1, out.stderr
+    assert lines[0].startswith(starts), lines[0]
+
+
+def test_a_corrupted_study_db_is_one_line(tmp_path: Path) -> None:
+    db = _fixture_db(tmp_path)
+    with open(db, "r+b") as f:
+        f.seek(4096 * 2)
+        f.write(b"\xff" * 8192)
+    out = tune("status", "--study", "h200-vllm", "--storage", f"sqlite:///{db}", cwd=tmp_path)
+    _one_line(out, 2, f"error: cannot open storage sqlite:///{db}: DatabaseError: database disk image is malformed")
+
+
+def test_a_read_only_study_storage_is_one_line(tmp_path: Path) -> None:
+    """Root ignores file modes; a read-only SQLite URI refuses writes for everyone."""
+    db = _fixture_db(tmp_path)
+    raw = tiny_space()
+    space = tmp_path / "t.yaml"
+    space.write_text(yaml.safe_dump(raw))
+    out = tune("run", "--space", str(space), "--study", "h200-vllm", "--storage", f"sqlite:///file:{db}?mode=ro&uri=true", "--force", cwd=tmp_path)
+    _one_line(out, 1, "error: the study storage failed: OperationalError: attempt to write a readonly database")
+
+
+def test_an_unwritable_runs_dir_is_one_line(tmp_path: Path) -> None:
+    env = {**__import__("os").environ, "TUNER_RUNS": "/proc/tuner-runs"}
+    out = tune("run", "--trials", "1", cwd=tmp_path, env=env)
+    _one_line(out, 1, "error: No such file or directory: /proc/tuner-runs")
+
+
+def test_a_typo_in_the_study_name_never_shows_another_study(tmp_path: Path) -> None:
+    db = _fixture_db(tmp_path)
+    out = tune("status", "--study", "h200-vlm", "--storage", f"sqlite:///{db}", cwd=tmp_path)
+    _one_line(out, 2, "error: study 'h200-vlm' not found in ")
+    assert "it holds: h200-vllm" in out.stderr
+    labelled = tune("status", "--study", "x", "--storage", f"mine=sqlite:///{db}", cwd=tmp_path)  # LABEL=URL: a label, not a name
+    assert labelled.returncode == 0, labelled.stderr
+
+
+def test_limits_refuses_negative_numbers() -> None:
+    _one_line(tune("limits", "--kv-tokens", "-5"), 2, "error: --kv-tokens: needs a positive number, got -5")
+
+
+def test_pareto_refuses_a_metric_no_trial_has(tmp_path: Path) -> None:
+    db = _fixture_db(tmp_path)
+    out = tune("pareto", "--study", f"h200-vllm=sqlite:///{db}", "--x", "load.nope", "--out", str(tmp_path / "p"), cwd=tmp_path)
+    _one_line(out, 2, "error: --x: no trial of study 'h200-vllm' has metric 'load.nope' (e.g. ")
+    assert not list(tmp_path.glob("p.*")), "plots were written for a metric that does not exist"

@@ -8,6 +8,7 @@ import sys
 import typer
 
 from tuner.cli import _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
+from tuner.cli._common import storage_error_text
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
 
 __all__ = ["app", "main"]
@@ -47,3 +48,20 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("error: interrupted", err=True)
         sys.exit(130)
+    except OSError as exc:  # a read-only or full runs/, a missing file: one line, the traceback at -vv
+        logging.getLogger(__name__).debug("", exc_info=exc)
+        where = f": {exc.filename}" if exc.filename else ""
+        typer.echo(f"error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
+    except Exception as exc:
+        if not _is_storage_error(exc):
+            raise
+        logging.getLogger(__name__).debug("", exc_info=exc)
+        typer.echo(f"error: the study storage failed: {storage_error_text(exc)}", err=True)
+        sys.exit(1)
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """SQLAlchemy's and Optuna's storage errors (a corrupted or read-only study.db, an
+    unreachable PostgreSQL)."""
+    return any(cls.__module__.startswith(("sqlalchemy", "optuna.exceptions")) for cls in type(exc).__mro__)

@@ -36,8 +36,9 @@ def progress_bar(fraction: float, line: str) -> None:
 
 def open_existing(study: str, storage: str | None) -> optuna.Study:
     """An existing study: runs/<study>/study.db, or ``storage`` (a URL, or NAME=URL)."""
-    if storage and "=" in storage.split("://")[0]:
-        study, storage = storage.split("=", 1)
+    labelled = bool(storage and "=" in storage.split("://")[0])
+    if labelled:
+        study, storage = storage.split("=", 1)  # type: ignore[union-attr]
     run_dir = RunDir.for_study(study)
     url = storage or run_dir.db_url
     if storage is None and not (run_dir.root / "study.db").is_file():
@@ -45,9 +46,9 @@ def open_existing(study: str, storage: str | None) -> optuna.Study:
     try:
         names = optuna.get_all_study_names(storage=url)
     except Exception as exc:  # noqa: BLE001 - any storage error is the user's URL
-        raise ConfigError(f"cannot open storage {url}: {exc}") from None
-    if study not in names and len(names) == 1:
-        study = names[0]  # LABEL=URL of a storage holding one study under another name
+        raise ConfigError(f"cannot open storage {url}: {storage_error_text(exc)}") from None
+    if labelled and study not in names and len(names) == 1:
+        study = names[0]  # LABEL=URL of a storage holding one study under another name (never a typo's stand-in)
     if study not in names:
         raise ConfigError(f"study {study!r} not found in {url} (it holds: {', '.join(names) or 'nothing'})")
     return optuna.load_study(study_name=study, storage=url)
@@ -58,3 +59,13 @@ def stored_space(study: optuna.Study) -> SearchSpace:
     if raw is None:
         raise ConfigError(f"study {study.study_name!r} was not made by tuner (no stored space)")
     return SearchSpace.model_validate(raw)
+
+
+def storage_error_text(exc: BaseException) -> str:
+    """The root of a storage error in one line: sqlite's own words ("database disk image is
+    malformed", "attempt to write a readonly database"), not Optuna's generic wrapper."""
+    root: BaseException = exc
+    while (inner := getattr(root, "orig", None) or root.__cause__) is not None and inner is not root:
+        root = inner
+    lines = str(root).strip().splitlines()
+    return f"{type(root).__name__}: {lines[0] if lines else ''}"

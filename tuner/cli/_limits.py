@@ -41,6 +41,9 @@ def limits(
         "max_prefill_tokens": max_prefill_tokens,
         "max_queued_requests": max_queued_requests,
     }
+    for name, value in what_if.items():
+        if value is not None and (value < 0 or (value == 0 and name != "max_queued_requests")):
+            raise ConfigError(f"--{name.replace('_', '-')}: needs a positive number, got {value}")
     if study is not None or trial is not None:
         result = _from_trial(study, trial, storage)
     elif log is not None or engine is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from optuna.trial import TrialState
 
 from tuner.cli._common import echo, open_existing
 from tuner.exceptions import ConfigError
@@ -30,6 +31,8 @@ def pareto(
     names = first.metric_names or []
     y = y or (names[0] if names else "load.output_tok_s")
     x = x or (names[1] if len(names) > 1 else "capacity.context_per_request")
+    for flag, metric in (("--x", x), ("--y", y)):
+        _check_metric(opened, flag, metric)
     result = fronts(opened, x, y, (ref_x, ref_y))
     for f in result:
         echo(f"\n{f.name}: {len(f.front)} on the front, hypervolume {f.hypervolume:,.1f} (reference {ref_x:g}, {ref_y:g})")
@@ -47,3 +50,14 @@ def pareto(
     front_png(result, x, y, prefix.with_suffix(".png"))
     front_html(result, x, y, prefix.with_suffix(".html"))
     echo(f"\nwrote {prefix.with_suffix('.png')} and {prefix.with_suffix('.html')}")
+
+
+def _check_metric(studies: dict, flag: str, metric: str) -> None:  # noqa: ANN001
+    """A metric no measured trial of a study has would draw empty plots: refuse it by name."""
+    for name, study in studies.items():
+        known = set()
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            known |= set(t.user_attrs.get("metrics", {}))
+        if known and metric not in known:
+            close = sorted(k for k in known if metric.split(".")[-1].split("@")[0] in k)[:6] or sorted(known)[:8]
+            raise ConfigError(f"{flag}: no trial of study {name!r} has metric {metric!r} (e.g. {', '.join(close)})")
