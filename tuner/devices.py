@@ -7,6 +7,7 @@ trial lands on it."""
 from __future__ import annotations
 
 import logging
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -17,11 +18,12 @@ logger = logging.getLogger(__name__)
 
 
 def nvml_used_mib(ids: Iterable[int]) -> dict[int, float] | None:
-    """Used memory per GPU in MiB, or None where NVML is not available."""
+    """Used memory per GPU in MiB, or None where NVML is not available (nvidia-smi where the
+    Python binding is not installed)."""
     try:
         import pynvml
     except ImportError:
-        return None
+        return _smi_used_mib(list(ids))
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
@@ -50,7 +52,7 @@ def nvml_holders(ids: Iterable[int]) -> list[Holder] | None:
     try:
         import pynvml
     except ImportError:
-        return None
+        return _smi_holders(list(ids))
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
@@ -68,6 +70,37 @@ def nvml_holders(ids: Iterable[int]) -> list[Holder] | None:
         pynvml.nvmlShutdown()
 
 
+def _smi(args: list[str]) -> list[list[str]] | None:
+    """Rows of an ``nvidia-smi --query-...`` CSV, or None without nvidia-smi."""
+    try:
+        done = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+
+
+def _smi_used_mib(ids: list[int]) -> dict[int, float] | None:
+    rows = _smi(["--query-gpu=index,memory.used"])
+    if rows is None:
+        return None
+    return {int(r[0]): float(r[1]) for r in rows if int(r[0]) in ids}
+
+
+def _smi_holders(ids: list[int]) -> list[Holder] | None:
+    gpus = _smi(["--query-gpu=index,uuid"])
+    apps = _smi(["--query-compute-apps=gpu_uuid,pid,used_memory"])
+    if gpus is None or apps is None:
+        return None
+    index = {uuid: int(i) for i, uuid in gpus}
+    return [
+        Holder(index[uuid], int(pid), float(used) if used.replace(".", "").isdigit() else None)
+        for uuid, pid, used in apps
+        if uuid in index and index[uuid] in ids
+    ]
+
+
 class GpuHygiene:
     def __init__(
         self,
@@ -77,7 +110,9 @@ class GpuHygiene:
         timeout: float = 60.0,
         reader: Callable[[Iterable[int]], dict[int, float] | None] = nvml_used_mib,
         holders: Callable[[Iterable[int]], list[Holder] | None] = nvml_holders,
+        hold_grace: float = 10.0,
     ) -> None:
+        self.hold_grace = hold_grace
         self.reader = reader
         self.holders = holders
         self.tolerance_mib = tolerance_mib
@@ -89,8 +124,15 @@ class GpuHygiene:
         return bool(self.baseline)
 
     def held(self, devices: Iterable[int]) -> list[Holder]:
-        """Who holds memory on ``devices`` now (before a trial there must be nobody)."""
-        return list(self.holders(list(devices)) or [])
+        """Who holds memory on ``devices`` (before a trial there must be nobody), after up to
+        ``hold_grace`` seconds for processes that are exiting (a just-stopped server's) to let go."""
+        devices = list(devices)
+        deadline = time.monotonic() + self.hold_grace
+        while True:
+            found = list(self.holders(devices) or [])
+            if not found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.5)
 
     def settle(self, devices: Iterable[int]) -> dict[int, float]:
         """Wait until every device is within tolerance of its baseline; returns the excess

@@ -86,6 +86,7 @@ _WORDS = (  # first match wins: the most specific words first
     (Category.PORT_IN_USE, re.compile(r"address already in use", re.I)),
 )
 _ASKED = re.compile(r"(--[a-z][\w-]*)[= ]\(?([0-9][0-9.,]*)")
+_ASKED_LENGTH = re.compile(r"((?:max[ _]\w+[ _])?(?:len|length|context_length))\s*\(([0-9][0-9,]*)\)", re.I)
 _VIABLE = re.compile(r"(?:minimum viable|at least|above|at most|below|maximum|estimated)\D{0,40}?([0-9][0-9.,]*)", re.I)
 
 
@@ -123,8 +124,8 @@ def printed_numbers(text: str) -> dict[str, Any]:
     """The numbers an exception prints about the config: the flag value asked for and the value
     the engine says would be viable (e.g. SGLang's "--mem-fraction-static=0.1 ... above 0.170")."""
     details: dict[str, Any] = {}
-    if (asked := _ASKED.search(text)) is not None:
-        details["asked_flag"], details["asked"] = asked.group(1), _number(asked.group(2))
+    if (asked := _ASKED.search(text) or _ASKED_LENGTH.search(text)) is not None:
+        details["asked_flag"], details["asked"] = asked.group(1).strip(), _number(asked.group(2))
     rest = text[asked.end() :] if asked is not None else text
     if (viable := _VIABLE.search(rest)) is not None:
         details["viable"] = _number(viable.group(1))
