@@ -166,7 +166,7 @@ def test_a_partition_whose_gpu_is_held_is_refused_naming_the_holder(tmp_path: Pa
     study = open_study(space, objective, name="held", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
     hygiene = GpuHygiene(
         [0, 1], reader=lambda ids: {i: 0.0 for i in ids},
-        holders=lambda ids: [Holder(d, 4242, 35700.0) for d in ids if d == 0], timeout=0,
+        holders=lambda ids: [Holder(d, 4242, 35700.0) for d in ids if d == 0], timeout=0, hold_grace=0,
     )
     driver = Driver(space, study, objective, RunDir(tmp_path / "held"), InlineExecutor(), trials=1, hygiene=hygiene)
     summary = driver.run()
