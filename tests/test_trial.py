@@ -67,6 +67,7 @@ def test_server_killed_mid_probe_is_pruned_with_evidence(tmp_path: Path, llama_s
     assert evidence.details["probe"] == "load"
     assert 0 < evidence.details["exited_after_s"] < 30
     assert "died under load in load" in str(info.value)
+    assert "first failed request" in evidence.describe()  # llama.cpp prints no exception: the tuner says what it saw
 
     # the verdict: PRUNED (the sampler learns), evidence kept on the trial and on disk
     objective = objectives.load(space.objectives)

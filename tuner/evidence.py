@@ -54,5 +54,6 @@ class Evidence:
         """One line for tables and logs."""
         how = f"exit {self.returncode}" if self.returncode is not None else (self.signal or "running")
         head = self.signature or "unclassified"
-        first = f": {self.lines[0].text.strip()[:160]}" if self.lines else ""
+        line = self.details.get("headline") or (self.lines[0].text if self.lines else "")
+        first = f": {line.strip()[:160]}" if line else ""
         return f"{head} ({how}, {self.elapsed_s:.1f}s){first}"

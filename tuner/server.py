@@ -25,7 +25,7 @@ from typing import Any, IO, Self
 import httpx
 
 from tuner import procfs
-from tuner.engines import Command, EngineAdapter, Signature
+from tuner.engines import Category, Command, EngineAdapter, Signature
 from tuner.engines._signatures import first_fatal, raised_exception
 from tuner.evidence import Evidence, LogLine
 from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
@@ -149,7 +149,14 @@ class ServerProcess:
             extra["last_exception"] = raised.text.strip()[-500:]
         if self.proc.poll() is not None and self.output_closed_at is not None:
             extra["exited_after_s"] = round(self.output_closed_at - since, 3)
-        return replace(found, summary=found.summary or signature, details={**found.details, **extra, **details})
+        if found.summary in ("", Category.CRASH):  # a generic crash: name what happened, keep the engine's words as the headline
+            found = replace(found, signature=signature, summary=signature)
+        if raised is None and not found.details.get("fatal_line"):  # no words of the engine: say what the tuner saw
+            when = f" {extra['exited_after_s']:.1f}s into the probe" if "exited_after_s" in extra else ""
+            how = found.signal or (f"exit {found.returncode}" if found.returncode is not None else "still running")
+            first = details.get("first_error")
+            extra["headline"] = f"the server ended ({how}){when}" + (f"; first failed request: {first}" if first else "")
+        return replace(found, details={**found.details, **extra, **details})
 
     def wait_ready(self) -> float:
         """Block until the server serves a real completion; returns seconds taken.

@@ -83,3 +83,55 @@ def test_export_of_the_real_sglang_winner(copy) -> None:
     unit = exported.render("systemd")
     assert "--mem-fraction-static 0.85" in unit and "KillMode=control-group" in unit
     assert "KV pool tokens          855,873" in unit
+
+
+def _rel_log(engine: str, trial: int) -> str:
+    import gzip
+
+    return gzip.decompress((GPU / f"rel-{engine}" / "trials" / str(trial) / "server.log.gz").read_bytes()).decode()
+
+
+def _generic_only(engine: str) -> list:
+    from tuner.engines import Category
+
+    return [s for s in engines.get(engine).signatures if s.category == Category.CRASH]
+
+
+def test_real_sglang_failure_that_no_signature_knows_is_named_by_its_exception() -> None:
+    """SGLang 0.5.17 at --mem-fraction-static 0.05 on the H200 (scripts/h200-reliability.sh):
+    once 'Scheduler hit an exception' and 'child_failed', now the raised ValueError and its numbers."""
+    from tuner.driver import grade
+
+    match = engines.get("sglang").classify(_rel_log("sglang", 1))
+    assert match.signature.name == "raised_kv_cache_does_not_fit"
+    assert match.lines[0].text.startswith("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.05")
+    assert (match.details["asked"], match.details["viable"]) == (0.05, 0.1)
+    assert grade(match.details) == pytest.approx(1.0)
+
+
+def test_real_vllm_failure_reworded_is_named_by_its_root_cause() -> None:
+    """The real vLLM 0.26 log of a utilization too small, classified as if vLLM had reworded it:
+    the engine core's ValueError heads it, not the API server's 'Engine core initialization failed'."""
+    from tuner.engines._signatures import classify
+
+    match = classify(_generic_only("vllm"), _rel_log("vllm", 1))
+    assert match.signature.name == "raised_kv_cache_does_not_fit"
+    assert "ValueError: No available memory for the cache blocks" in match.lines[0].text
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_real_engine_killed_mid_probe_was_pruned_with_evidence(engine: str) -> None:
+    """The engine child SIGKILLed mid-probe on the H200: PRUNED, the first failed request, when."""
+    import json
+
+    import optuna
+
+    study = optuna.load_study(study_name=f"rel-{engine}", storage=f"sqlite:///{GPU / f'rel-{engine}' / 'study.db'}")
+    crashed = study.trials[2]
+    assert crashed.state == TrialState.PRUNED
+    evidence = json.loads((GPU / f"rel-{engine}" / "trials" / "2" / "evidence.json").read_text())
+    details = evidence["details"]
+    assert details["probe"] == "load" and details["concurrency"] == 64 and details["fatal"] is True
+    assert details["stopped_by_tuner"] is False and 0 < details["exited_after_s"] < 30
+    assert details["first_error"]
+    assert study.trials[0].state == TrialState.FAIL and "interrupted" in study.trials[0].user_attrs["error"]
