@@ -75,3 +75,10 @@ def test_the_remeasure_plan_stays_within_its_budget_share() -> None:
     assert spec.plan(trials=6, front=5) == (1, 1)  # 1 + (1 + 1) <= 3
     assert spec.plan(trials=3, front=5) == (0, 0)
     assert RemeasureSpec(share=1.0, repeats=2).plan(trials=10, front=2) == (2, 2)
+
+
+def test_periodic_reference_runs_come_out_of_the_same_share() -> None:
+    spec = RemeasureSpec(share=0.6, reference_runs=1, every=5, top=3, repeats=1)
+    assert spec.pauses(10) == [5]
+    assert spec.plan(trials=10, front=5) == (3, 1)  # 1 + 1 pause + (3 + 1) <= 6
+    assert RemeasureSpec(every=0).pauses(10) == [] and RemeasureSpec(every=3, reference_runs=0).pauses(10) == []

@@ -30,13 +30,14 @@ from tuner.screen import Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
 
-__all__ = ["Driver", "TrialReport", "grade", "record", "recover", "state_for"]
+__all__ = ["PAUSED", "Driver", "TrialReport", "grade", "record", "recover", "state_for"]
 
 logger = logging.getLogger(__name__)
 
 STARTS = "server starts"
 NOT_LAUNCHED = {"invalid_combination", "screened", "duplicate_of"}
 MAX_INVALID_IN_A_ROW = 200
+PAUSED = "paused"
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,7 @@ class Driver:
         self.screen = screen
         self.write_csv = write_csv
         self._began = 0.0
+        self._pause_at: int | None = None
         self._durations: list[float] = []
         self._stop_requested = ""
         self._running: dict[Future[TrialOutcome], _Running] = {}
@@ -228,8 +230,13 @@ class Driver:
     def recover(self) -> list[str]:
         return recover(self.study, self.ledger)
 
-    def run(self) -> RunSummary:
-        self._began = time.monotonic()
+    def run(self, *, pause_at: int | None = None) -> RunSummary:
+        """Run until the budget, the timeout or a stop; with ``pause_at``, return once that many
+        trials have finished (nothing left running: e.g. to re-measure the reference), to be
+        called again. Timeout and ETA count from the first call."""
+        self._began = self._began or time.monotonic()
+        self._pause_at = pause_at
+        began = time.monotonic()
         summary = RunSummary()
         pending: tuple[optuna.Trial, dict[str, Any]] | None = None
         invalid_in_a_row = 0
@@ -270,7 +277,7 @@ class Driver:
             if pending is not None:
                 pending[0].set_user_attr("error", "asked but never launched: the run stopped")
                 self.study.tell(pending[0], state=TrialState.FAIL)
-            summary.wall_s = time.monotonic() - self._began
+            summary.wall_s = time.monotonic() - began
             if self.write_csv:
                 write_trials_csv(self.study, self.run_dir.trials_csv)
         return summary
@@ -309,6 +316,8 @@ class Driver:
             return self._stop_requested
         if self.finished() + in_flight >= self.trials:
             return f"budget of {self.trials} trials reached"
+        if self._pause_at is not None and self.finished() + in_flight >= self._pause_at:
+            return PAUSED
         if self.timeout is not None and time.monotonic() - self._began >= self.timeout:
             return f"timeout of {self.timeout:.0f}s reached"
         return ""

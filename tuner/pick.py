@@ -85,14 +85,25 @@ def objective_metrics(study: optuna.Study) -> list[str]:
     return names if len(names) == len(study.directions) else [f"value{i}" for i in range(len(study.directions))]
 
 
-def study_floor(study: optuna.Study, noisy: Sequence[bool], reference: Sequence[Sequence[float]] | None = None) -> NoiseFloor:
+def study_floor(
+    study: optuna.Study, noisy: Sequence[bool], reference: Sequence[Sequence[Sequence[float]]] | None = None
+) -> NoiseFloor:
     """The study's noise floor from every config it measured more than once (``reference``: the
-    reference config's runs, when newer than those stored)."""
+    reference config's runs in groups measured close in time, when newer than those stored)."""
     repeated = [v["runs"] for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.") and v.get("runs")]
-    reference = reference if reference is not None else study.user_attrs.get(NOISE, {}).get("runs")
-    if reference:
-        repeated.append(reference)
-    return noise_floor(repeated, noisy)
+    if reference is None:
+        reference = reference_groups(study.user_attrs.get(NOISE, {}))
+    return noise_floor([*repeated, *reference], noisy)
+
+
+def reference_groups(noise: dict) -> list[list[Sequence[float]]]:  # type: ignore[type-arg]
+    """The reference's runs grouped by when they ran (its trial and the start together, each
+    pause, the end): spread within a group is noise, a shift between groups is drift, and drift
+    must not widen the floor it is judged against."""
+    groups: dict[str, list[Sequence[float]]] = {}
+    for run, label in zip(noise.get("runs", []), noise.get("labels", []), strict=False):
+        groups.setdefault("start" if label in ("trial", "start") else label, []).append(run)
+    return list(groups.values())
 
 
 def _within(trial: FrozenTrial, names: Sequence[str]) -> dict[int, float]:

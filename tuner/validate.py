@@ -34,7 +34,7 @@ from tuner.ledger import Ledger
 from tuner.noise import NOISE, differs, is_noisy
 from tuner.objectives import ObjectiveSet
 from tuner.partitions import PartitionPool, trial_size
-from tuner.pick import REVALIDATED, Candidate, candidates, objective_metrics, pareto_front, signs, study_floor
+from tuner.pick import reference_groups, REVALIDATED, Candidate, candidates, objective_metrics, pareto_front, signs, study_floor
 from tuner.records import TrialOutcome
 from tuner.space import SearchSpace
 
@@ -164,11 +164,13 @@ def _drift(study: optuna.Study, noise: dict[str, Any]) -> float | None:
     """Relative change of the reference's throughput from the start of the run to its end, when
     that change is larger than the noise; None when there is none to speak of (or no end yet)."""
     start = [r[0] for r, lab in zip(noise["runs"], noise["labels"], strict=True) if lab in ("trial", "start")]
-    end = [r[0] for r, lab in zip(noise["runs"], noise["labels"], strict=True) if lab == "end"]
+    later = [lab for lab in noise["labels"] if lab == "end" or lab.startswith("after")]
+    last = later[-1] if later else None  # drift up to the latest re-measurement: the end, else the last pause
+    end = [r[0] for r, lab in zip(noise["runs"], noise["labels"], strict=True) if lab == last]
     if not start or not end:
         return None
     names = objective_metrics(study)
-    floor = study_floor(study, [is_noisy(m) for m in names], reference=noise["runs"])
+    floor = study_floor(study, [is_noisy(m) for m in names], reference=reference_groups(noise))
     a, b = statistics.fmean(start), statistics.fmean(end)
     hw = 1.96 * floor.relative_sd[0] * a if floor.known else 0.0
     return (b - a) / a if a and differs(a, hw / len(start) ** 0.5, b, hw / len(end) ** 0.5) else None
@@ -176,14 +178,15 @@ def _drift(study: optuna.Study, noise: dict[str, Any]) -> float | None:
 
 def measure_reference(
     study: optuna.Study, space: SearchSpace, objective: ObjectiveSet, run_dir: RunDir, executor: Executor,
-    *, runs: int, ledger: Ledger | None = None, on_run: Callable[[str, int, str], None] | None = None,
+    *, runs: int, ledger: Ledger | None = None, on_run: Callable[[str, int, str], None] | None = None, when: str = "start",
 ) -> dict[str, Any] | None:
-    """The noise floor at the start of a run: the reference config on ``runs`` fresh servers."""
+    """The noise floor: the reference config on ``runs`` fresh servers, at the start of a run
+    (``when`` "start") or while it runs ("after<n>": after n trials; drift is checked against the start)."""
     params = reference_params(study, space)
     if params is None or runs < 1:
         return None
     state = remeasure(space, objective, run_dir, executor, [(REFERENCE, params)], repeats=runs, ledger=ledger, on_run=on_run)
-    return store_reference(study, params, state[REFERENCE], "start")
+    return store_reference(study, params, state[REFERENCE], when)
 
 
 def top_candidates(study: optuna.Study, top: int) -> list[Candidate]:

@@ -13,7 +13,7 @@ from tuner.artifacts import RunDir
 from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
 from tuner.devices import GpuHygiene
-from tuner.driver import Driver, TrialReport, recover
+from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, recover
 from tuner.exceptions import ConfigError
 from tuner.noise import NOISE
 from tuner.pick import candidates, pareto_front, signs
@@ -94,7 +94,7 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
         if plan is not None and NOISE not in the_study.user_attrs and plan.reference_runs and the_space.enqueue:
             echo(f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) before the search")
             measure_reference(the_study, the_space, objective, run_dir, runner, runs=plan.reference_runs, ledger=ledger, on_run=_remeasured)
-        summary = driver.run()
+        summary = _search(driver, the_study, the_space, objective, run_dir, runner, ledger, plan, budget)
         if plan is not None and not driver.stop_requested:
             _remeasure_front(the_study, the_space, objective, run_dir, runner, ledger, plan, budget)
     finally:
@@ -109,6 +109,27 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _search(driver, study, space, objective, run_dir, runner, ledger, plan, budget) -> RunSummary:  # noqa: ANN001
+    """The search; where the space asks (remeasure.every), paused after every K trials to run the
+    reference on a fresh server again, so drift during a long night is seen, not guessed."""
+    total = RunSummary()
+    pauses = [n for n in (plan.pauses(budget) if plan is not None and NOISE in study.user_attrs else []) if n > driver.finished()]
+    for pause in [*pauses, None]:
+        summary = driver.run(pause_at=pause)
+        total.launched += summary.launched
+        total.wall_s += summary.wall_s
+        for state, count in summary.states.items():
+            total.states[state] = total.states.get(state, 0) + count
+        total.stop_reason = summary.stop_reason
+        if summary.stop_reason != PAUSED:
+            break
+        echo(f"reference again after {driver.finished()} trials (fresh server): drift check")
+        noise = measure_reference(study, space, objective, run_dir, runner, runs=1, ledger=ledger, on_run=_remeasured, when=f"after{driver.finished()}")
+        if noise and noise.get("drift") is not None:
+            echo(f"  drift: the reference moved {noise['drift']:+.1%} since the start, beyond the noise")
+    return total
 
 
 def _remeasure_front(study, space, objective, run_dir, runner, ledger, plan, budget) -> None:  # noqa: ANN001

@@ -276,19 +276,28 @@ class Hardware(_Strict):
 
 class RemeasureSpec(_Strict):
     """Fresh-server re-measurement around a run (see tuner.validate): the reference config
-    ``reference_runs`` times at the start (the noise floor), then the ``top`` front candidates and
+    ``reference_runs`` times at the start (the noise floor) and once after every ``every`` trials
+    (drift while the study runs), then the ``top`` front candidates and
     the reference ``repeats`` times each at the end, interleaved. ``share`` caps these extra
     launches at that fraction of the trial budget (the top candidates are cut first)."""
 
     enabled: bool = True
     share: float = Field(0.5, ge=0.0, le=2.0)
     reference_runs: int = Field(1, ge=0)
+    every: int = Field(0, ge=0, description="re-measure the reference after every this many trials (0: start and end only)")
     top: int = Field(3, ge=1)
     repeats: int = Field(1, ge=1)
 
+    def pauses(self, trials: int) -> list[int]:
+        """Finished-trial counts after which the reference runs again (on a fresh server)."""
+        if not self.every or not self.reference_runs:
+            return []
+        return list(range(self.every, trials, self.every))
+
     def plan(self, trials: int, front: int) -> tuple[int, int]:
-        """(top, repeats) for the end of a run, within the budget share left after the start."""
-        left = int(self.share * trials) - self.reference_runs
+        """(top, repeats) for the end of a run, within the budget share left after the start
+        and the periodic reference runs."""
+        left = int(self.share * trials) - self.reference_runs - len(self.pauses(trials))
         top = max(0, min(self.top, front, left // self.repeats - 1))  # each round: top candidates + the reference
         return top, (self.repeats if top > 0 else 0)
 
