@@ -32,8 +32,11 @@ from tuner.space import LoadProbeSpec, validate  # noqa: E402
 CONCURRENCY, PROMPT, OUTPUT, REQUESTS = 4, 128, 48, 16
 
 
-def ours(url: str, model: str) -> float:
-    spec = LoadProbeSpec(concurrency=[CONCURRENCY], prompt_tokens=PROMPT, output_tokens=OUTPUT, requests=REQUESTS, warmup=1)
+def ours(url: str, model: str, duration: float = 30.0) -> float:
+    spec = LoadProbeSpec(
+        concurrency=[CONCURRENCY], prompt_tokens=PROMPT, output_tokens=OUTPUT, requests=REQUESTS, warmup=1,
+        duration=duration, max_duration=max(duration, 2 * duration),
+    )
     return LoadProbe(spec).run(ServerHandle(url, model, None, "llamacpp")).metrics["output_tok_s"]  # type: ignore[arg-type]
 
 
@@ -56,11 +59,13 @@ def theirs(url: str, guidellm: str, tokenizer: str, tmp: Path) -> float:
     return data["benchmarks"][0]["metrics"]["output_tokens_per_second"]["successful"]["mean"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--guidellm", default="/tmp/gvenv/bin/guidellm")
     parser.add_argument("--tokenizer", default="/tmp/mk/tokenizer")
-    args = parser.parse_args()
+    parser.add_argument("--duration", type=float, default=30.0, help="our probe's window, seconds")
+    parser.add_argument("--skip-guidellm", action="store_true", help="only our side (the smoke test: CI has no guidellm)")
+    args = parser.parse_args(argv)
     space = validate(tiny_space(), "bench.yaml")
     adapter = engines.get("llamacpp")
     model = str(provision.model_file())
@@ -72,12 +77,17 @@ def main() -> None:
     ) as server:
         server.wait_ready()
         for who in ("tuner", "guidellm", "guidellm", "tuner"):
-            value = ours(server.url, model) if who == "tuner" else theirs(server.url, args.guidellm, args.tokenizer, Path(tmp))
+            if who == "guidellm" and args.skip_guidellm:
+                continue
+            value = ours(server.url, model, args.duration) if who == "tuner" else theirs(server.url, args.guidellm, args.tokenizer, Path(tmp))
             results[who].append(value)
             print(f"{who:>8}: {value:.1f} output tok/s")
+    if args.skip_guidellm:
+        return results
     a, b = (sum(v) / len(v) for v in (results["tuner"], results["guidellm"]))
     print(f"llama-server -np {CONCURRENCY}, concurrency {CONCURRENCY}, {PROMPT} in / {OUTPUT} out, {REQUESTS} requests per run (ABBA)")
     print(f"tuner {a:.1f} tok/s, guidellm {b:.1f} tok/s: ratio {a / b:.3f} (target 0.95-1.05)")
+    return results
 
 
 if __name__ == "__main__":

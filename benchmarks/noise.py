@@ -48,7 +48,9 @@ def target_only(space: spaces.SearchSpace, **load: Any) -> spaces.SearchSpace:
 
 
 def spread(values: list[float]) -> float:
-    return (max(values) - min(values)) / statistics.fmean(values) if len(values) > 1 else float("nan")
+    """(max - min) / mean; nan from one value or a zero mean (nothing streamed)."""
+    mean = statistics.fmean(values) if values else 0.0
+    return (max(values) - min(values)) / mean if len(values) > 1 and mean else float("nan")
 
 
 def level(result: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 1. CPU table (real): every config of a discretized llama.cpp space is measured once on the real
    llama-server under the 1 GiB memory cap (startup failures included) and cached in
-   runs/search-tables/cpu-llamacpp-grid.json (`--measure` rebuilds it). The context axis is the
+   docs/data/search-tables/cpu-llamacpp-grid.json (`--measure` rebuilds it; commit it). The context axis is the
    engine-reported per-request context (recall is skipped: ~20 s per config would make the table
    cost hours); throughput is streamed output tok/s at concurrency 4.
 2. GPU table (SIMULATION, labelled so): vLLM-style, one H200, an 8B model, a long-context
@@ -53,7 +53,7 @@ from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome  # noqa: 
 from tuner.screen import screen_for  # noqa: E402
 from tuner.space import validate  # noqa: E402
 
-TABLES = ROOT / "runs" / "search-tables"
+TABLES = ROOT / "docs" / "data" / "search-tables"  # committed: the figures in docs/ replay from a clone
 BUDGET = 120
 OBJECTIVE = ObjectiveSet.model_validate({
     "name": "throughput-vs-capacity-context",
@@ -286,20 +286,23 @@ def run(table: Table, seeds: int) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser()
     parser.add_argument("--measure", action="store_true", help="re-measure the CPU table on the real llama-server")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--tables", default="cpu,gpu", help="which tables: cpu (measured), gpu (simulation)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     import warnings
 
     warnings.filterwarnings("ignore")
     chosen = args.tables.split(",")
     path = TABLES / "cpu-llamacpp-grid.json"
-    if "cpu" in chosen and (args.measure or not path.is_file()):
+    if "cpu" in chosen and not args.measure and not path.is_file():
+        sys.exit(f"error: the measured CPU table {path.relative_to(ROOT)} is not in this clone: build it with --measure "
+                 "(108 configs on the real llama-server, about 2 minutes each) and commit it, or use --tables gpu")
+    if "cpu" in chosen and args.measure:
         measure_cpu_table(path)
     lines = [f"command: python benchmarks/search_efficiency.py --seeds {args.seeds} --tables {args.tables}", ""]
     for table in [make() for name, make in (("cpu", cpu_table), ("gpu", gpu_table)) if name in chosen]:
@@ -308,6 +311,7 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.write_text("# Search efficiency\n\n" + text + "\n")
+    return text
 
 
 if __name__ == "__main__":

@@ -35,3 +35,43 @@ def test_noise_benchmark_runs(llama_server: Path, smollm2: Path, tmp_path: Path)
     )
     assert len(report["fresh"]) == 2 and len(report["windows"]) == 1 and out.is_file()
     assert report["fresh_spread"] >= 0 and report["fresh"][0]["tok_s"] > 0
+
+
+@pytest.mark.integration
+def test_client_ceiling_benchmark_runs(llama_server: Path, smollm2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _load("client_ceiling").main(2, 8, 4)
+    assert "ratio to the 20,000 target" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_fatal_to_pruned_benchmark_runs(llama_server: Path, smollm2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _load("fatal_to_pruned").main(1)
+    assert "ratio to target" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_recall_kv_benchmark_runs(llama_server: Path, smollm2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _load("recall_kv").main([512], 1)
+    assert capsys.readouterr().out.count("effective context") == 3
+
+
+def test_search_efficiency_benchmark_runs_on_the_simulated_table() -> None:
+    text = _load("search_efficiency").main(["--seeds", "1", "--tables", "gpu"])
+    assert "| ours (TPE + screen) |" in text and "auto_tune.sh" in text
+
+
+@pytest.mark.integration
+def test_crosscheck_benchmark_runs_our_side(llama_server: Path, smollm2: Path) -> None:
+    results = _load("crosscheck_guidellm").main(["--skip-guidellm", "--duration", "1"])
+    assert len(results["tuner"]) == 2 and all(v > 0 for v in results["tuner"])
+
+
+def test_pick_replay_benchmark_runs(tmp_path: Path) -> None:
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "pick_replay.py"), "--seeds", "2", "--sigma", "0.05", "--json", str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "noise-aware" in out.stdout and (tmp_path / "r.json").is_file()
