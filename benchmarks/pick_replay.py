@@ -35,7 +35,7 @@ from tuner.driver import Driver  # noqa: E402
 from tuner.pick import pick  # noqa: E402
 from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome  # noqa: E402
 from tuner.study import open_study  # noqa: E402
-from tuner.validate import measure_reference, revalidate  # noqa: E402
+from tuner.validate import measure_reference, race, revalidate  # noqa: E402
 
 WITHIN = 0.02  # success: the chosen config's true value is within 2 % of the true best
 
@@ -71,7 +71,7 @@ def landscape(rng: random.Random, n: int) -> list[float]:
     return values
 
 
-def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = None) -> dict[str, Any]:
+def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = None, race_budget: int = 0) -> dict[str, Any]:
     rng = random.Random(seed)
     base, _ = spaces.load("cpu-llamacpp")
     configs = [{**base.enqueue[0], "ctx-size": 4096 + 512 * i} for i in range(n)]
@@ -90,6 +90,7 @@ def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = N
     plain = max(first, key=first.get)  # type: ignore[arg-type]
     top, planned = plan.plan(n, n)
     revalidate(study, space, objective, run_dir, executor, top=top, repeats=repeats or planned)
+    extra = race(study, space, objective, run_dir, executor, budget=race_budget, how="max-throughput")
     chosen = pick(study, "max-throughput")
     aware = chosen.trial.params["ctx-size"]
     tied = [t.params["ctx-size"] for t in study.trials if t.number in chosen.ties]
@@ -101,6 +102,7 @@ def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = N
         "plain_loss": 1 - truth[plain] / best,
         "aware_loss": 1 - truth[aware] / best,
         "ties": len(tied),
+        "race_launches": extra,
         "launches": len(study.trials) + sum(len(v.get("runs", [])) - 1 for k, v in study.user_attrs.items() if k.startswith("revalidated.")),
     }
 
@@ -111,25 +113,27 @@ def main() -> None:
     parser.add_argument("--configs", type=int, default=10, help="configs per run (the default's budget)")
     parser.add_argument("--sigma", type=float, nargs="+", default=[0.05, 0.09])
     parser.add_argument("--repeats", type=int, nargs="+", default=[0], help="fresh re-runs per front candidate (0: the space's plan)")
+    parser.add_argument("--race", type=int, nargs="+", default=[0], help="launches to break the pick's ties (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for sigma in args.sigma:
-            for repeats in args.repeats:
-                runs = [one_run(seed, sigma, args.configs, Path(tmp), repeats or None) for seed in range(args.seeds)]
+            for repeats, budget in [(r, b) for r in args.repeats for b in args.race]:
+                runs = [one_run(seed, sigma, args.configs, Path(tmp), repeats or None, budget) for seed in range(args.seeds)]
                 rate = {k: sum(r[k] for r in runs) / len(runs) for k in ("plain", "aware", "aware_or_tie")}
                 loss = {k: sum(r[f"{k}_loss"] for r in runs) / len(runs) for k in ("plain", "aware")}
-                label = f"repeats {repeats}" if repeats else "the space's plan"
+                label = (f"repeats {repeats}" if repeats else "the space's plan") + (f" + race {budget}" if budget else "")
                 report[f"sigma {sigma} {label}"] = {
                     "seeds": len(runs), **{f"{k}_within_2pct": v for k, v in rate.items()},
                     **{f"{k}_mean_loss": v for k, v in loss.items()}, "mean_ties": sum(r["ties"] for r in runs) / len(runs),
+                    "mean_race_launches": sum(r["race_launches"] for r in runs) / len(runs),
                 }
                 print(f"sigma {sigma:.1%}, {label}: {len(runs)} seeds, {args.configs} configs; within 2 % of the true best: "
                       f"plain {rate['plain']:.0%}, noise-aware {rate['aware']:.0%} (its pick or a reported tie: {rate['aware_or_tie']:.0%}); "
                       f"mean loss plain {loss['plain']:.1%}, noise-aware {loss['aware']:.1%}; ratio aware/plain "
-                      f"{rate['aware'] / max(rate['plain'], 1e-9):.2f}")
+                      f"{rate['aware'] / max(rate['plain'], 1e-9):.2f}; race launches {sum(r['race_launches'] for r in runs) / len(runs):.1f}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

@@ -58,3 +58,53 @@ def test_the_reference_runs_again_every_k_trials(tmp_path: Path, llama_server: P
     assert "reference again after 2 trials" in out.stdout
     study = optuna.load_study(study_name="k", storage=f"sqlite:///{tmp_path}/runs/k/study.db")
     assert study.user_attrs["noise"]["labels"][:4] == ["trial", "start", "after2", "end"]
+
+
+def test_a_race_spends_its_launches_only_on_the_tied_configs(tmp_path: Path) -> None:
+    """Three configs: two within noise of each other (true 100 vs 90), one far behind (50). The
+    race re-measures only the tied pair and stops within its budget. Measurements are drawn (5 %
+    noise) from the true values: no engine produces chosen values on demand."""
+    import random
+    from concurrent.futures import Future
+
+    from optuna.distributions import CategoricalDistribution
+
+    from tuner import objectives
+    from tuner.artifacts import RunDir
+    from tuner.driver import record
+    from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
+    from tuner.space import validate
+    from tuner.study import open_study
+    from tuner.validate import race
+
+    truth = {2048: 100.0, 4096: 90.0, 8192: 50.0}
+    measured: list[int] = []
+    rng = random.Random(1)
+
+    def outcome(ctx: int, value: float) -> TrialOutcome:
+        probes = (ProbeResult("load", {"output_tok_s": value, "output_tok_s_ci": 0.025 * value, "error_rate": 0.0}),)
+        return TrialOutcome({"ctx-size": ctx}, (), Capacity(), probes, Timings())
+
+    class Draw:
+        max_parallel = 1
+
+        def submit(self, space, params, trial_dir, partition, ledger=None):  # noqa: ANN001, ANN202
+            measured.append(params["ctx-size"])
+            future: Future = Future()
+            future.set_result(outcome(params["ctx-size"], truth[params["ctx-size"]] * (1 + rng.gauss(0, 0.05))))
+            return future
+
+    raw = tiny_space()
+    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [2048, 4096, 8192]}}
+    space = validate(raw, "t.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="r", storage=optuna.storages.InMemoryStorage(), source="t.yaml")  # type: ignore[arg-type]
+    for ctx, first in ((2048, 92.0), (4096, 95.0), (8192, 50.0)):  # an unlucky first run each
+        study.enqueue_trial({"ctx-size": ctx})
+        trial = study.ask({"ctx-size": CategoricalDistribution([2048, 4096, 8192])})
+        record(study, trial, RunDir(tmp_path), objective, outcome=outcome(ctx, first))
+    assert sorted(t.params["ctx-size"] for t in study.trials) == [2048, 4096, 8192]
+
+    used = race(study, space, objective, RunDir(tmp_path), Draw(), budget=12, how="max-throughput")
+    assert 0 < used <= 12 and len(measured) == used
+    assert 8192 not in measured, "a config outside the tie was re-measured"

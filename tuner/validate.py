@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,13 +28,13 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.artifacts import RunDir
-from tuner.exceptions import TunerError
+from tuner.exceptions import ConfigError, TunerError
 from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.noise import NOISE, differs, is_noisy
 from tuner.objectives import ObjectiveSet
 from tuner.partitions import PartitionPool, trial_size
-from tuner.pick import reference_groups, REVALIDATED, Candidate, candidates, objective_metrics, pareto_front, signs, study_floor
+from tuner.pick import REVALIDATED, Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
 from tuner.records import TrialOutcome
 from tuner.space import SearchSpace
 
@@ -211,9 +211,11 @@ def revalidate(
     ledger: Ledger | None = None,
     with_reference: bool = True,
     on_run: Callable[[str, int, str], None] | None = None,
+    numbers: Sequence[int] | None = None,
 ) -> list[Revalidation]:
-    """Re-run the top candidates (and the reference, for drift) ``repeats`` times, interleaved."""
-    chosen = top_candidates(study, top)
+    """Re-run the top candidates (or the trials ``numbers``), and the reference for drift,
+    ``repeats`` times, interleaved."""
+    chosen = top_candidates(study, top) if numbers is None else [c for c in candidates(study) if c.number in numbers]
     items = [(f"trial{c.number}", dict(c.trial.params)) for c in chosen]
     reference = reference_params(study, space) if with_reference else None
     if reference is not None:
@@ -230,3 +232,33 @@ def revalidate(
     if reference is not None:
         store_reference(study, reference, state[REFERENCE], "end")
     return results
+
+
+def race(
+    study: optuna.Study,
+    space: SearchSpace,
+    objective: ObjectiveSet,
+    run_dir: RunDir,
+    executor: Executor,
+    *,
+    budget: int,
+    how: str = "knee",
+    ledger: Ledger | None = None,
+    on_run: Callable[[str, int, str], None] | None = None,
+) -> int:
+    """Break the pick's ties: round by round, the pick and the configs it ties with run once more
+    each on fresh servers (interleaved), until the pick stands alone or ``budget`` launches are
+    spent. Configs that fall out of the tie get no more runs, so the budget goes where the
+    decision is. Returns the launches used."""
+    used = 0
+    while True:
+        try:
+            chosen = pick(study, how)
+        except ConfigError:
+            return used
+        tied = [chosen.number, *chosen.ties]
+        if len(tied) < 2 or used + len(tied) > budget:
+            return used
+        revalidate(study, space, objective, run_dir, executor, top=len(tied), repeats=1, ledger=ledger,
+                   with_reference=False, on_run=on_run, numbers=tied)
+        used += len(tied)

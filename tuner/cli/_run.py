@@ -24,7 +24,7 @@ from tuner.partitions import make_partitions
 from tuner.screen import screen_for
 from tuner.study import open_study
 from tuner.units import format_duration, parse_duration
-from tuner.validate import measure_reference, revalidate
+from tuner.validate import measure_reference, race, revalidate
 
 
 def run(
@@ -141,6 +141,10 @@ def _remeasure_front(study, space, objective, run_dir, runner, ledger, plan, bud
         return
     echo(f"\nre-measure: {top} front candidate(s) and the reference, {repeats} more fresh server(s) each, interleaved")
     revalidate(study, space, objective, run_dir, runner, top=top, repeats=repeats, ledger=ledger, on_run=_remeasured)
+    if plan.race:
+        echo(f"race: the pick and the configs it ties with, once more each per round (at most {plan.race} launches)")
+        used = race(study, space, objective, run_dir, runner, budget=plan.race, ledger=ledger, on_run=_remeasured)
+        echo(f"  {used} launch(es) spent breaking ties")
 
 
 def _remeasured(label: str, repeat: int, text: str) -> None:

@@ -278,8 +278,10 @@ class RemeasureSpec(_Strict):
     """Fresh-server re-measurement around a run (see tuner.validate): the reference config
     ``reference_runs`` times at the start (the noise floor) and once after every ``every`` trials
     (drift while the study runs), then the ``top`` front candidates and
-    the reference ``repeats`` times each at the end, interleaved. ``share`` caps these extra
-    launches at that fraction of the trial budget (the top candidates are cut first)."""
+    the reference ``repeats`` times each at the end, interleaved; then, with ``race``, the pick
+    and the configs it ties with once more each, round by round, until the tie resolves or
+    ``race`` launches are spent. ``share`` caps the launches before the race at that fraction of
+    the trial budget (the top candidates are cut first)."""
 
     enabled: bool = True
     share: float = Field(0.5, ge=0.0, le=2.0)
@@ -287,6 +289,7 @@ class RemeasureSpec(_Strict):
     every: int = Field(0, ge=0, description="re-measure the reference after every this many trials (0: start and end only)")
     top: int = Field(3, ge=1)
     repeats: int = Field(1, ge=1)
+    race: int = Field(0, ge=0, description="more launches, at most, to break the pick's ties (the tied configs only)")
 
     def pauses(self, trials: int) -> list[int]:
         """Finished-trial counts after which the reference runs again (on a fresh server)."""
