@@ -15,18 +15,7 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 exec > >(tee -a "$out/rel-$engine.log") 2>&1
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-if [ ! -f "/tmp/site/.installed-$engine" ]; then
-  if [ "$engine" = vllm ]; then bash /tmp/ge/install-on-host.sh /tmp/ge > /tmp/install.log 2>&1
-  else bash scripts/sglang-install.sh /tmp/sg > /tmp/install.log 2>&1; fi || { tail -20 /tmp/install.log; exit 1; }
-  [ -f /tmp/site2/.installed ] || { TARGET=/tmp/site2 bash /tmp/gd0/install-deps.sh /tmp/gd0 /tmp/gd1 > /tmp/deps.log 2>&1 && touch /tmp/site2/.installed; } || { tail -20 /tmp/deps.log; exit 1; }
-  touch "/tmp/site/.installed-$engine"
-fi
-if [ "$engine" = vllm ]; then
-  export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-else
-  source /tmp/site/_bundle/env.sh
-fi
-export PYTHONPATH=$PWD:/tmp/site:/tmp/site2 PYTHONUNBUFFERED=1
+source scripts/h200-install.sh "$engine" || exit 1
 stamp "installed"
 python3 -c 'import pynvml' 2>/dev/null && echo "pynvml: yes" || echo "pynvml: no (hygiene reads nvidia-smi)"
 study=rel-$engine; runs=$PWD/runs/$study; space=/tmp/rel-$engine.yaml

@@ -94,6 +94,9 @@ def record(
     trial_dir = run_dir.trial(trial.number)
     if outcome is not None:
         trial.set_user_attr("metrics", outcome.metrics())
+        if (sampled := next((r for r in outcome.probes if r.probe == "telemetry"), None)) is not None:
+            windows = {c: lv.get("window_at") for r in outcome.probes if r.probe == "load" for c, lv in r.details.get("levels", {}).items()}
+            trial.set_user_attr("telemetry", {"source": sampled.details.get("source"), "trace": sampled.details.get("trace", []), "windows": windows})
         trial.set_user_attr("capacity", outcome.capacity.to_dict())
         trial.set_user_attr("timings", outcome.timings.__dict__)
     if state == TrialState.COMPLETE and evaluation is not None:

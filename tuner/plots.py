@@ -65,3 +65,28 @@ def front_html(fronts: list[StudyFront], x: str, y: str, path: Path | None = Non
     if path is not None:
         path.write_text(html)
     return html
+
+
+def power_html(study_trials: list, *, full_html: bool = False) -> str:  # noqa: ANN001 - FrozenTrials
+    """Power over time per trial (NVML/RAPL samples), each load level's window marked by its mean power."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for t in study_trials:
+        sampled = t.user_attrs.get("telemetry") or {}
+        trace = sampled.get("trace") or []
+        if not trace:
+            continue
+        t0 = trace[0][0]
+        fig.add_trace(go.Scatter(x=[p[0] - t0 for p in trace], y=[p[1] for p in trace], mode="lines", name=f"trial {t.number}"))
+        metrics = t.user_attrs.get("metrics", {})
+        for level, window in (sampled.get("windows") or {}).items():
+            watts = metrics.get(f"telemetry.power_w@{level}")
+            if window and watts is not None:
+                fig.add_trace(go.Scatter(
+                    x=[window[0] - t0, window[1] - t0], y=[watts, watts], mode="lines", line={"dash": "dot"}, showlegend=False,
+                    hoverinfo="text", text=f"trial {t.number}, C={level}: {watts:,.0f} W, {metrics.get(f'telemetry.tokens_per_joule@{level}', 0):.2f} tok/J",
+                ))
+    fig.update_layout(title="power during the probes (dotted: each load level's window, its mean)", xaxis_title="seconds",
+                      yaxis_title="W (partition)", template="plotly_white")
+    return fig.to_html(include_plotlyjs=False, full_html=full_html, div_id="power")

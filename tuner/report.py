@@ -15,7 +15,7 @@ from tuner.export import build_export
 from tuner.limits import default_contexts
 from tuner.pareto import fronts
 from tuner.pick import describe_noise, objective_metrics, pick
-from tuner.plots import front_html
+from tuner.plots import front_html, power_html
 from tuner.space import SearchSpace
 
 __all__ = ["Report", "build_report"]
@@ -44,6 +44,20 @@ def _failures(study: optuna.Study) -> dict[str, list[optuna.trial.FrozenTrial]]:
         if "evidence" in t.user_attrs:
             groups[t.user_attrs.get("signature") or "unclassified"].append(t)
     return dict(groups)
+
+
+def _telemetry_rows(study: optuna.Study) -> list[str]:
+    """Power, energy and tokens per joule per measured trial, or what the machine could not measure."""
+    trials = [t for t in study.get_trials(deepcopy=False) if "telemetry" in t.user_attrs]
+    if not trials:
+        return ["no telemetry recorded"]
+    rows = ["| trial | source | W mean | W p99 | tokens/J | W per request | max temp C | min SM MHz | samples |", "|---|---|---|---|---|---|---|---|---|"]
+    for t in trials:
+        m = t.user_attrs.get("metrics", {})
+        cell = lambda k, f="{:,.1f}": f.format(m[f"telemetry.{k}"]) if f"telemetry.{k}" in m else "-"  # noqa: E731
+        rows.append(f"| {t.number} | {t.user_attrs['telemetry'].get('source')} | {cell('power_w')} | {cell('power_w_p99')} | "
+                    f"{cell('tokens_per_joule', '{:.3f}')} | {cell('watts_per_request')} | {cell('temp_c_max')} | {cell('sm_clock_mhz_min', '{:,.0f}')} | {cell('samples', '{:.0f}')} |")
+    return rows
 
 
 def build_report(study: optuna.Study, space: SearchSpace) -> Report:
@@ -75,6 +89,7 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
         md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | `{p.params}` |" for p in f.front]
         md += ["", f"hypervolume {f.hypervolume:,.1f} (reference 0, 0)", ""]
     md += ["## Noise", "", *describe_noise(study), ""]
+    md += ["## Power and energy (at the target concurrency)", "", *_telemetry_rows(study), ""]
     md += ["## Chosen config (knee of the front)", ""]
     if chosen is None:
         md += ["no complete, feasible trial yet", ""]
@@ -86,13 +101,15 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
     markdown = "\n".join(md) + "\n"
 
     plot = front_html(the_fronts, x, y, full_html=False)
+    measured = [t for t in study.get_trials(deepcopy=False) if (t.user_attrs.get("telemetry") or {}).get("trace")]
+    power = "<h2>Power per trial</h2>" + power_html(measured) if measured else ""
     body = _markdown_to_html(markdown).replace("<!--FRONT-->", "")
     page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>tuner report: {html.escape(name)}</title>"
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}pre{background:#f6f6f6;padding:8px;overflow-x:auto}</style>"
-        f"</head><body>{body}<h2>Front (interactive)</h2>{plot}</body></html>"
+        f"</head><body>{body}<h2>Front (interactive)</h2>{plot}{power}</body></html>"
     )
     return Report(page, markdown)
 

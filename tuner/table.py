@@ -13,14 +13,17 @@ from tuner.pick import feasible
 __all__ = ["trials_frame", "write_trials_csv"]
 
 _METRICS = ("load.output_tok_s", "recall.effective_context", "capacity.context_per_request", "load.ttft_p99")
+_WHEN_MEASURED = ("telemetry.power_w", "telemetry.tokens_per_joule")  # columns only where a trial has them
 
 
-def trials_frame(study: optuna.Study) -> pd.DataFrame:
-    rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
+def trials_frame(study: optuna.Study, *, every_metric: bool = False) -> pd.DataFrame:
+    """One row per trial; ``every_metric``: also every metric a trial stored (per level, latency
+    percentiles, telemetry), its timings and start/end datetimes (``tune trials``)."""
+    rows = [_row(study, t, every_metric) for t in study.get_trials(deepcopy=False)]
     return pd.DataFrame(rows)
 
 
-def _row(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+def _row(study: optuna.Study, t: optuna.trial.FrozenTrial, every_metric: bool = False) -> dict[str, Any]:
     metrics = t.user_attrs.get("metrics", {})
     timings = t.user_attrs.get("timings", {})
     row: dict[str, Any] = {"number": t.number, "state": t.state.name}
@@ -29,12 +32,18 @@ def _row(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]:
     for name, value in zip(names, t.values or [None] * len(names), strict=False):
         row[name] = value
     row.update({m: metrics.get(m) for m in _METRICS if m not in row})
+    row.update({m: metrics[m] for m in _WHEN_MEASURED if m in metrics and m not in row})
     row["startup_s"] = timings.get("startup_s") or t.user_attrs.get("evidence", {}).get("elapsed_s")
     row["probe_s"] = timings.get("probe_s")
     row["feasible"] = feasible(t) if t.constraints else None
     row["signature"] = t.user_attrs.get("signature")
     row["note"] = t.user_attrs.get("invalid_combination") or t.user_attrs.get("error")
     row["duration_s"] = t.duration.total_seconds() if t.duration else None
+    if every_metric:
+        row.update({m: v for m, v in sorted(metrics.items()) if m not in row})
+        row.update({f"timing.{k}": v for k, v in timings.items()})
+        row["datetime_start"] = t.datetime_start.isoformat() if t.datetime_start else None
+        row["datetime_complete"] = t.datetime_complete.isoformat() if t.datetime_complete else None
     return row
 
 

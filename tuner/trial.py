@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import engines, probes
+from tuner import engines, probes, telemetry
 from tuner.artifacts import write_json
 from tuner.exceptions import ConfigInfeasible, CrashedUnderLoad
 from tuner.ledger import Ledger
@@ -117,8 +117,9 @@ def run_trial(
     with serve(space, params, trial_dir, partition, ledger=ledger) as served:
         probe_began = time.time()
         results: list[ProbeResult] = []
+        sampler = telemetry.for_partition(partition.kind, partition.devices)
         try:
-            with pinned(partition.client_cpus):
+            with pinned(partition.client_cpus), sampler:
                 for probe in probes.from_space(space):
                     results.append(probe.run(served.handle))
         except Exception as exc:  # noqa: BLE001 - a dead server, else the probe's own failure
@@ -128,6 +129,8 @@ def run_trial(
             raise
         if (crash := _crash(served.server, results, probe_began)) is not None:
             raise crash
+        if (measured := _telemetry(sampler, results, space)) is not None:
+            results.append(measured)
         probe_s = time.time() - probe_began
     command = served.command
     outcome = TrialOutcome(
@@ -141,6 +144,16 @@ def run_trial(
     )
     write_json(trial_dir / "outcome.json", outcome.to_dict())
     return outcome
+
+
+def _telemetry(sampler: telemetry.Telemetry, results: list[ProbeResult], space: SearchSpace) -> ProbeResult | None:
+    """Power, energy and the rest per load level (see tuner.telemetry); None without a load probe."""
+    load = next((r for r in results if r.probe == "load"), None)
+    if load is None or space.probes.load is None:
+        return None
+    flat, per_level = telemetry.summarize_levels(sampler.samples, load.details.get("levels", {}), space.probes.load.target_concurrency)
+    details = {"source": sampler.source, "levels": per_level, "trace": telemetry.trace(sampler.samples)}
+    return ProbeResult("telemetry", flat, details)
 
 
 SERVER_ERROR = re.compile(r"\bHTTP 5\d\d\b|RemoteProtocolError|ConnectError|ReadError|Server disconnected")

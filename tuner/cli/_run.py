@@ -7,7 +7,7 @@ import signal
 import optuna
 import typer
 
-from tuner import engines, objectives
+from tuner import engines, objectives, telemetry
 from tuner import space as spaces
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, progress_bar, set_verbosity
@@ -46,6 +46,7 @@ def run(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     the_space, path = spaces.load(space)
     objective = objectives.load(the_space.objectives)
+    _check_telemetry(the_space, objective)
     name = study or the_space.name or path.stem
     budget = trials or the_space.budget.trials
     limit = _duration(timeout) if timeout else the_space.budget.timeout
@@ -165,6 +166,17 @@ def _smallest_size(space: spaces.SearchSpace) -> int:
     param = space.parameters[space.hardware.per_trial]  # validated to exist
     values = getattr(param, "choices", None) or [getattr(param, "low", 1)]
     return max(1, min(int(v) for v in values))
+
+
+def _check_telemetry(space: spaces.SearchSpace, objective: objectives.ObjectiveSet) -> None:
+    """An objective on power or energy needs a machine that measures them: refuse it up front,
+    in one line, instead of failing every trial."""
+    needs = sorted({m for _, m in objective.metric_refs() if m.startswith("telemetry.")})
+    if not needs:
+        return
+    sampler = telemetry.for_partition(space.hardware.kind, space.hardware.devices[:1])
+    if sampler.reader is None:
+        raise ConfigError(f"objectives: {objective.name} uses {', '.join(needs)}, but this machine measures no energy: {sampler.source.removeprefix('none: ')}")
 
 
 def _duration(text: str) -> float:

@@ -26,7 +26,12 @@ def from_space(space: SearchSpace) -> list[Probe]:
 
 
 def metric_names(space: SearchSpace) -> set[str]:
+    from tuner.telemetry import LEVEL_METRICS
+
     names = set(CAPACITY_METRICS)
     for probe in from_space(space):
         names |= {f"{probe.name}.{m}" for m in probe.metric_names(probe.spec)}
+    if space.probes.load is not None:  # sampled during the load levels (tuner.telemetry)
+        names |= {f"telemetry.{m}" for m in LEVEL_METRICS}
+        names |= {f"telemetry.{m}@{c}" for m in LEVEL_METRICS for c in space.probes.load.concurrency}
     return names

@@ -273,7 +273,7 @@ class LoadProbe(Probe):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
-        summary.update(warmup_s=start - began, ci_target_met=ci)
+        summary.update(warmup_s=start - began, ci_target_met=ci, window_at=[start, end])  # perf_counter: telemetry slices by it
         after = await prefix_cache_counters(client, server)
         if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
             summary["cache_hit_rate"] = (after[1] - counters[1]) / (after[0] - counters[0])  # the level, warmup included
