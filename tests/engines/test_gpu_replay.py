@@ -135,3 +135,26 @@ def test_real_engine_killed_mid_probe_was_pruned_with_evidence(engine: str) -> N
     assert details["stopped_by_tuner"] is False and 0 < details["exited_after_s"] < 30
     assert details["first_error"]
     assert study.trials[0].state == TrialState.FAIL and "interrupted" in study.trials[0].user_attrs["error"]
+
+
+def test_real_h200_tune_has_power_and_energy_per_level(tmp_path: Path) -> None:
+    """scripts/h200-telemetry.sh (vLLM 0.26, NVML): every trial has power and energy per load
+    level; tokens per joule is the window's output tokens over its energy; the report shows them."""
+    import optuna
+
+    from tuner.report import build_report
+
+    shutil.copytree(GPU / "h200-energy", tmp_path / "e")
+    study = optuna.load_study(study_name="h200-energy", storage=f"sqlite:///{tmp_path / 'e' / 'study.db'}")
+    for t in study.trials:
+        m = t.user_attrs["metrics"]
+        assert t.user_attrs["telemetry"]["source"] == "nvml" and len(t.user_attrs["telemetry"]["trace"]) > 50
+        for level in (32, 128):
+            assert m[f"telemetry.power_w@{level}"] > 100 and m[f"telemetry.samples@{level}"] >= 50
+            tokens = m[f"load.output_tok_s@{level}"] * m[f"load.window_s@{level}"]
+            assert m[f"telemetry.tokens_per_joule@{level}"] == pytest.approx(tokens / m[f"telemetry.energy_j@{level}"], rel=0.02)
+        assert m["telemetry.tokens_per_joule"] == m["telemetry.tokens_per_joule@128"]  # the target level
+    runs = [r[1] for r in study.user_attrs["revalidated.0"]["runs"]] + [study.user_attrs["noise"]["runs"][-1][1]]
+    assert len(runs) == 3 and (max(runs) - min(runs)) / (sum(runs) / 3) < 0.05  # tokens/J on 3 fresh servers
+    report = build_report(study, SearchSpace.model_validate(study.user_attrs["tuner.space"]))
+    assert "## Power and energy" in report.markdown and "Power per trial" in report.html
