@@ -164,6 +164,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 _SAVE = lambda: None  # noqa: E731 - rewrites the JSON after each run, so a cut-off run keeps its numbers
 
 
+def calibration(runs: list[dict[str, Any]]) -> list[bool]:
+    """Leave one out: does run i's reported half-width (tuner.noise.half_width for one run: its
+    probe CI combined with the floor the other runs give) cover the other runs' mean?"""
+    from tuner.noise import half_width, noise_floor
+
+    hits = []
+    for i, run in enumerate(runs):
+        others = [[r["tok_s"]] for j, r in enumerate(runs) if j != i]
+        floor = noise_floor([others], [True])
+        ci = run["ci"] if run["ci"] == run["ci"] else 0.0  # nan: the probe reported none
+        (hw,) = half_width([run["tok_s"]], [[run["tok_s"]]], floor, [True], within={0: ci})
+        hits.append(abs(run["tok_s"] - statistics.fmean(o[0] for o in others)) <= hw)
+    return hits
+
+
 def summarize(report: dict[str, Any]) -> None:
     if runs := report.get("fresh"):
         values = [r["tok_s"] for r in runs]
@@ -172,7 +187,12 @@ def summarize(report: dict[str, Any]) -> None:
         report["fresh_spread"] = spread(values)
         report["fresh_coverage"] = covered / len(runs)
         print(f"fresh servers: n={len(values)}, mean {mean:,.1f} tok/s, (max-min)/mean {spread(values):.1%}; "
-              f"reported 95 % CIs covering the mean of all: {covered}/{len(runs)}")
+              f"the probe's own 95 % CIs covering the mean of all: {covered}/{len(runs)}")
+        if len(runs) >= 3:
+            hits = calibration(runs)
+            report["reported_interval_coverage"] = sum(hits) / len(hits)
+            print(f"the interval tuner reports for a one-run config (probe CI combined with the noise floor of the "
+                  f"other {len(runs) - 1} fresh servers) covers their mean: {sum(hits)}/{len(hits)}")
     if rows := report.get("windows"):
         values = [r["tok_s"] for r in rows]
         report["windows_spread"] = spread(values)

@@ -1,6 +1,7 @@
 """The study loop. Only this process talks to Optuna (ask/tell); trials run in an executor.
 
-:func:`record` is the one place where a trial's outcome or exception becomes a trial state.
+:func:`record` turns a trial's outcome or exception into a :class:`Verdict`; :func:`tell`, the one
+caller of ``study.tell``, records it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tuner.screen import Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
 
-__all__ = ["PAUSED", "Driver", "TrialReport", "grade", "record", "recover", "state_for"]
+__all__ = ["PAUSED", "Driver", "TrialReport", "Verdict", "grade", "record", "recover", "state_for", "tell"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,29 @@ def state_for(error: BaseException | None) -> TrialState:
     return TrialState.FAIL
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """How a trial ended, as :func:`tell` records it: its state, its objective values (COMPLETE
+    only), its constraint values (> 0 violated) and what to keep on it (user attrs)."""
+
+    state: TrialState
+    values: tuple[float, ...] | None = None
+    constraints: dict[str, float] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, verdict: Verdict) -> None:
+    """The one place a trial gets its state: attrs and constraints first, then ``study.tell``."""
+    for key, value in verdict.attrs.items():
+        trial.set_user_attr(key, value)
+    for name, value in verdict.constraints.items():
+        trial.set_constraint(name, value)
+    if verdict.state == TrialState.COMPLETE:
+        study.tell(trial, list(verdict.values or ()))
+    else:
+        study.tell(trial, state=verdict.state)
+
+
 def record(
     study: optuna.Study,
     trial: optuna.Trial,
@@ -91,31 +115,28 @@ def record(
         except KeyError as exc:
             error = exc
     state = state_for(error)
-    trial_dir = run_dir.trial(trial.number)
+    attrs: dict[str, Any] = {}
     if outcome is not None:
-        trial.set_user_attr("metrics", outcome.metrics())
+        attrs["metrics"] = outcome.metrics()
         if (sampled := next((r for r in outcome.probes if r.probe == "telemetry"), None)) is not None:
             windows = {c: lv.get("window_at") for r in outcome.probes if r.probe == "load" for c, lv in r.details.get("levels", {}).items()}
-            trial.set_user_attr("telemetry", {"source": sampled.details.get("source"), "trace": sampled.details.get("trace", []), "windows": windows})
-        trial.set_user_attr("capacity", outcome.capacity.to_dict())
-        trial.set_user_attr("timings", outcome.timings.__dict__)
+            attrs["telemetry"] = {"source": sampled.details.get("source"), "trace": sampled.details.get("trace", []), "windows": windows}
+        attrs["capacity"] = outcome.capacity.to_dict()
+        attrs["timings"] = outcome.timings.__dict__
     if state == TrialState.COMPLETE and evaluation is not None:
-        for constraint, violation in zip(objective.constraints, evaluation.violations, strict=True):
-            trial.set_constraint(str(constraint), violation)
-        trial.set_constraint(STARTS, 0.0)
-        study.tell(trial, list(evaluation.values))
+        constraints = {str(c): v for c, v in zip(objective.constraints, evaluation.violations, strict=True)}
+        tell(study, trial, Verdict(state, tuple(evaluation.values), {**constraints, STARTS: 0.0}, attrs))
         summary = "ok" if evaluation.feasible else f"violates {', '.join(evaluation.violated)}"
         return state, summary, evaluation
     summary = _describe(error)
-    trial.set_user_attr("error", summary)
+    attrs["error"] = summary
     evidence = getattr(error, "evidence", None)
     if evidence is not None:
-        trial.set_user_attr("signature", evidence.signature)
-        trial.set_user_attr("evidence", evidence.to_dict())
-        write_json(trial_dir / "evidence.json", evidence.to_dict())
-    if state == TrialState.PRUNED:
-        trial.set_constraint(STARTS, grade(evidence.details if evidence is not None else {}))
-    study.tell(trial, state=state)
+        attrs["signature"] = evidence.signature
+        attrs["evidence"] = evidence.to_dict()
+        write_json(run_dir.trial(trial.number) / "evidence.json", evidence.to_dict())
+    constraints = {STARTS: grade(evidence.details if evidence is not None else {})} if state == TrialState.PRUNED else {}
+    tell(study, trial, Verdict(state, None, constraints, attrs))
     return state, summary, None
 
 
@@ -157,8 +178,7 @@ def recover(study: optuna.Study, ledger: Ledger) -> list[str]:
     ]
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial = optuna.Trial(study, frozen._trial_id)
-        trial.set_user_attr("error", "interrupted: the tuner stopped while this trial ran")
-        study.tell(trial, state=TrialState.FAIL)
+        tell(study, trial, Verdict(TrialState.FAIL, attrs={"error": "interrupted: the tuner stopped while this trial ran"}))
         note = f"trial {frozen.number} was interrupted: recorded as FAIL"
         if "requeued_from" not in frozen.user_attrs and frozen.params:
             study.enqueue_trial(frozen.params, user_attrs={"requeued_from": frozen.number})
@@ -278,8 +298,7 @@ class Driver:
             raise
         finally:
             if pending is not None:
-                pending[0].set_user_attr("error", "asked but never launched: the run stopped")
-                self.study.tell(pending[0], state=TrialState.FAIL)
+                tell(self.study, pending[0], Verdict(TrialState.FAIL, attrs={"error": "asked but never launched: the run stopped"}))
             summary.wall_s = time.monotonic() - began
             if self.write_csv:
                 write_trials_csv(self.study, self.run_dir.trials_csv)
@@ -335,10 +354,8 @@ class Driver:
                 return None, params
             return trial, params
         reason = "; ".join(c.text for c in broken)
-        trial.set_user_attr("invalid_combination", reason)
-        for c in broken:
-            trial.set_constraint(c.text, c.violation(self.space.values(params)) or 1.0)
-        self.study.tell(trial, state=TrialState.PRUNED)
+        violations = {c.text: c.violation(self.space.values(params)) or 1.0 for c in broken}
+        tell(self.study, trial, Verdict(TrialState.PRUNED, constraints=violations, attrs={"invalid_combination": reason}))
         logger.info("trial %d not launched: breaks %s", trial.number, reason)
         return None, params
 
@@ -349,16 +366,12 @@ class Driver:
                 break
         else:
             return False
-        trial.set_user_attr("duplicate_of", done.number)
-        for key in ("metrics", "capacity", "signature", "evidence"):
-            if key in done.user_attrs:
-                trial.set_user_attr(key, done.user_attrs[key])
-        for name, value in done.constraints.items():
-            trial.set_constraint(name, value)
-        if done.state == TrialState.COMPLETE:
-            self.study.tell(trial, list(done.values))
-        else:
-            self.study.tell(trial, state=TrialState.PRUNED)
+        copied = {key: done.user_attrs[key] for key in ("metrics", "capacity", "signature", "evidence") if key in done.user_attrs}
+        complete = done.state == TrialState.COMPLETE
+        tell(self.study, trial, Verdict(
+            TrialState.COMPLETE if complete else TrialState.PRUNED, tuple(done.values) if complete else None,
+            dict(done.constraints), {"duplicate_of": done.number, **copied},
+        ))
         logger.info("trial %d not launched: same config as trial %d", trial.number, done.number)
         return True
 
