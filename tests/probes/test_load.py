@@ -50,6 +50,8 @@ def test_batch_means_give_a_student_t_interval() -> None:
     assert bm.half_width == pytest.approx(3.182 * 1.1547 / 2, rel=1e-3)
     assert bm.relative_half_width == pytest.approx(bm.half_width / 10)
     assert batch_means([(stamps, 1.0)], 0.0, 4.0, 1).half_width is None  # one batch: no spread
+    steady = [i + 0.5 for i in range(4) for _ in range(10)]  # exactly 10 tokens in each batch (seen on CPU)
+    assert batch_means([(steady, 1.0)], 0.0, 4.0, 4).half_width is None  # +-0 would claim certainty
     assert t975(1) == 12.706 and t975(1000) == pytest.approx(1.962, abs=1e-3)
 
 

@@ -49,8 +49,10 @@ class BatchMeans:
 
     @property
     def half_width(self) -> float | None:
-        """Half-width of the 95 % CI of the mean; None from fewer than two batches."""
-        if len(self.rates) < 2:
+        """Half-width of the 95 % CI of the mean; None from fewer than two batches, or when every
+        batch counted exactly the same (a steady decode split into few sub-windows: a spread of
+        zero is no evidence of certainty, and claiming +-0 would stop a level at once)."""
+        if len(self.rates) < 2 or len(set(self.rates)) == 1:
             return None
         return t975(len(self.rates) - 1) * statistics.stdev(self.rates) / math.sqrt(len(self.rates))
 

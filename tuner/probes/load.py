@@ -48,6 +48,7 @@ LEVEL_METRICS = (
     *(f"{lat}_p{p}" for lat in LATENCIES for p in PCTS),
 )
 MAX_ERROR_RATE = 0.5
+MIN_BATCHES = 5  # a CI from fewer sub-windows (t of 1-3 dof, or an accidental zero spread) never ends a level early
 SATURATION_GAIN = 0.05
 
 
@@ -294,7 +295,7 @@ class LoadProbe(Probe):
             errors = sum(1 for r in done if not r.ok)
             if done and errors / len(done) > MAX_ERROR_RATE and errors >= 2:
                 return now, False  # failing, not slow: no point in measuring longer
-            enough = len([r for r in done if r.ok]) >= (spec.requests or 0)
+            enough = len([r for r in done if r.ok]) >= (spec.requests or 0) and len(window.rates) >= MIN_BATCHES
             if rel is not None and rel <= spec.ci_target and enough:
                 return now, True
             if now - start >= spec.max_duration:
