@@ -48,3 +48,11 @@ def test_report_renders_in_headless_chromium(real_study, tmp_path: Path) -> None
     ).stdout
     assert 'class="main-svg"' in dom, "plotly did not draw the front"
     assert "scatterlayer" in dom and "tuner report: real" in dom
+
+
+def test_report_html_has_tables_and_code_not_literal_markdown(real_study) -> None:
+    study, _, space = real_study
+    page = build_report(study, space).html
+    body = page.split("<h2>Front (interactive)</h2>")[0]  # plotly's own script may hold backticks
+    assert "<table>" in body and "<td>COMPLETE</td>" in body and "<code>" in body
+    assert "`" not in body and "**" not in body and "| COMPLETE |" not in body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,7 @@ def test_the_reference_runs_again_every_k_trials(tmp_path: Path, llama_server: P
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "reference again after 2 trials" in out.stdout
+    assert re.search(r"\[1/3\] trial \d+ COMPLETE +load\.output_tok_s [\d,.]+ \| ok", out.stdout), out.stdout  # labelled values
     study = optuna.load_study(study_name="k", storage=f"sqlite:///{tmp_path}/runs/k/study.db")
     assert study.user_attrs["noise"]["labels"][:4] == ["trial", "start", "after2", "end"]
 

@@ -55,6 +55,7 @@ class TrialReport:
     wall_s: float
     elapsed_s: float
     eta_s: float | None
+    names: tuple[str, ...] = ()  # the objectives' metric names, in the order of ``values``
 
 
 @dataclass
@@ -481,6 +482,7 @@ class Driver:
                 wall_s=wall,
                 elapsed_s=time.monotonic() - self._began,
                 eta_s=mean * remaining / max(1, self.executor.max_parallel),
+                names=tuple(self.objective.metric_names),
             )
         )
         if self.write_csv:

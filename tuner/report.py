@@ -103,7 +103,7 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
     plot = front_html(the_fronts, x, y, full_html=False)
     measured = [t for t in study.get_trials(deepcopy=False) if (t.user_attrs.get("telemetry") or {}).get("trace")]
     power = "<h2>Power per trial</h2>" + power_html(measured) if measured else ""
-    body = _markdown_to_html(markdown).replace("<!--FRONT-->", "")
+    body = _markdown_to_html(markdown)
     page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>tuner report: {html.escape(name)}</title>"
@@ -115,35 +115,7 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
 
 
 def _markdown_to_html(text: str) -> str:
-    """Just enough markdown for this report: headings, tables, code blocks, bullets, paragraphs."""
-    out, in_code, in_table = [], False, False
-    for line in text.splitlines():
-        if line.startswith("```"):
-            out.append("</pre>" if in_code else "<pre>")
-            in_code = not in_code
-            continue
-        if in_code:
-            out.append(html.escape(line))
-            continue
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if set("".join(cells)) <= set("-"):
-                continue
-            if not in_table:
-                out.append("<table>")
-                in_table = True
-            out.append("<tr>" + "".join(f"<td>{html.escape(c).replace('`', '')}</td>" for c in cells) + "</tr>")
-            continue
-        if in_table:
-            out.append("</table>")
-            in_table = False
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
-        elif line.startswith("- "):
-            out.append(f"<p>&bull; {html.escape(line[2:])}</p>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line).replace('**', '')}</p>")
-    if in_table:
-        out.append("</table>")
-    return "\n".join(out)
+    """The report's markdown as HTML (markdown-it-py, CommonMark with tables; raw HTML escaped)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)

@@ -190,7 +190,8 @@ def _report(r: TrialReport) -> None:
     params = " ".join(f"{k}={v}" for k, v in r.params.items())
     values = ""
     if r.values is not None:
-        values = " ".join(f"{v:.1f}" for v in r.values) + " | "
+        names = r.names or tuple(f"objective {i}" for i in range(len(r.values)))
+        values = ", ".join(f"{name} {v:,.1f}" for name, v in zip(names, r.values, strict=True)) + " | "
     eta = f" ETA {format_duration(r.eta_s)}" if r.eta_s is not None and r.done < r.total else ""
     echo(
         f"[{r.done}/{r.total}] trial {r.number} {r.state:<8} {values}{r.summary[:120]}"
