@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from tuner.cli import _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
+from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
 from tuner.cli._common import storage_error_text
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
 
@@ -26,6 +26,7 @@ app.command("limits")(_limits.limits)
 app.command("export")(_export.export)
 app.command("trials")(_export.trials)
 app.command("validate")(_validate.validate)
+app.command("compare")(_compare.compare)
 app.command("pareto")(_pareto.pareto)
 app.command("report")(_report.report)
 app.add_typer(_engines.app, name="engines")

@@ -1,0 +1,85 @@
+"""Compare the picks of several studies on equal terms: each study's chosen config on fresh
+servers, interleaved round by round (host drift hits all alike), in one run, with the noise floor
+those runs and the studies' own repeats give. Two runs of a tune that explored different configs
+can then say whether their winners differ or tie. Nothing is written to the studies."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import combinations
+
+import optuna
+
+from tuner.artifacts import RunDir
+from tuner.exceptions import ConfigError
+from tuner.executors import Executor
+from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, noise_floor
+from tuner.objectives import ObjectiveSet
+from tuner.pick import REVALIDATED, Candidate, objective_metrics, pick, reference_groups
+from tuner.space import SearchSpace
+from tuner.validate import remeasure
+
+__all__ = ["Compared", "compare"]
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One study's pick, re-measured: its runs' objective values, mean and 95 % half-width."""
+
+    study: str
+    candidate: Candidate
+    runs: tuple[tuple[float, ...], ...]
+    failures: tuple[str, ...]
+    mean: tuple[float, ...]
+    half_width: tuple[float, ...]
+
+
+def compare(
+    studies: dict[str, optuna.Study],
+    space: SearchSpace,
+    objective: ObjectiveSet,
+    run_dir: RunDir,
+    executor: Executor,
+    *,
+    repeats: int,
+    how: str = "knee",
+    on_run: Callable[[str, int, str], None] | None = None,
+) -> tuple[list[Compared], NoiseFloor, list[str]]:
+    """Re-measure each study's pick ``repeats`` times; returns the results, the floor used and one
+    verdict line per pair (on the first objective: differs beyond the combined noise, or a tie)."""
+    names = list(objective.metric_names)
+    picks = {}
+    for name, study in studies.items():
+        if objective_metrics(study) != names:
+            raise ConfigError(f"study {name!r} has objectives {objective_metrics(study)}, not {names}: nothing to compare")
+        picks[name] = pick(study, how)
+    items = [(f"{name}-trial{c.number}", dict(c.trial.params)) for name, c in picks.items()]
+    state = remeasure(space, objective, run_dir, executor, items, repeats=repeats, on_run=on_run)
+    noisy = [is_noisy(m) for m in names]
+    repeated = [state[label].values for label, _ in items]
+    for study in studies.values():
+        repeated += [v["runs"] for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.")]
+        repeated += reference_groups(study.user_attrs.get(NOISE, {}))
+    floor = noise_floor(repeated, noisy)
+    results = []
+    for (label, _), (name, cand) in zip(items, picks.items(), strict=True):
+        runs = tuple(state[label].values)
+        mean = tuple(statistics.fmean(col) for col in zip(*runs, strict=True)) if runs else ()
+        hw = half_width(mean, runs, floor, noisy) if runs else ()
+        results.append(Compared(name, cand, runs, tuple(state[label].failures), mean, hw))
+    return results, floor, _verdicts(results, names[0])
+
+
+def _verdicts(results: list[Compared], metric: str) -> list[str]:
+    lines = []
+    for a, b in combinations([r for r in results if r.runs], 2):
+        if differs(a.mean[0], a.half_width[0], b.mean[0], b.half_width[0]):
+            hi, lo = (a, b) if a.mean[0] > b.mean[0] else (b, a)
+            lines.append(f"{hi.study}'s pick beats {lo.study}'s on {metric} by {hi.mean[0] / lo.mean[0] - 1:+.1%}, beyond the noise")
+        else:
+            gap = abs(a.mean[0] - b.mean[0])
+            lines.append(f"{a.study}'s and {b.study}'s picks tie on {metric}: they differ by {gap:,.1f}, "
+                         f"inside the combined 95 % noise of {(a.half_width[0] ** 2 + b.half_width[0] ** 2) ** 0.5:,.1f}")
+    return lines
