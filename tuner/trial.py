@@ -22,6 +22,7 @@ from tuner.ledger import Ledger
 from tuner.partitions import Partition
 from tuner.engines import Command
 from tuner.probes import ServerHandle
+from tuner.probes.load import MAX_ERROR_RATE
 from tuner.probes.capacity import read_capacity
 from tuner.records import ProbeResult, Timings, TrialOutcome
 from tuner.server import ServerProcess
@@ -166,8 +167,11 @@ def _crash(
     (PRUNED: the config crashed under load), with the evidence; None when it still serves."""
     first = _first_error(results, failed)
     died = server.died()
-    if not died and (first is None or not SERVER_ERROR.search(first["first_error"]) or not first["fatal"]):
-        return None
+    measured = failed is None and any(  # the target level served, mostly without errors
+        r.probe == "load" and "output_tok_s" in r.metrics and r.metrics.get("error_rate", 0.0) <= MAX_ERROR_RATE for r in results
+    )
+    if not died and (measured or first is None or not SERVER_ERROR.search(first["first_error"]) or not first["fatal"]):
+        return None  # alive, and the target level measured: errors above it are the objective's constraints' business
     details: dict[str, Any] = {"probe_began_at": began, **(first or {})}
     evidence = server.failure_evidence(signature="crashed_under_load", details=details, since=began)
     where = f" in {first['probe']}" + (f" at concurrency {first['concurrency']}" if first.get("concurrency") else "") if first else ""
