@@ -1,6 +1,6 @@
 """Benchmark: the load client's ceiling in streamed tokens/s on one core.
 
-The probe's own request loop (tuner.probes.load.stream_request: httpx asyncio, SSE parsing, JSON
+The probe's own request loop (tuner.probes._stream.stream_request: httpx asyncio, SSE parsing, JSON
 per event, timing per token) runs pinned to core 0 against a minimal local SSE server pinned to
 core 1 that writes pre-built events (cheap, so the client is the bottleneck). Target >= 20,000.
 

@@ -1,0 +1,112 @@
+"""One streamed OpenAI-compatible request as the client sees it: when each content chunk arrived,
+the server's own token counts (usage), its prompt-cache hits, and any failure, recorded, never raised."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+__all__ = ["RequestRecord", "stream_request"]
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it. ``stamps``: arrival time of each streamed content chunk."""
+
+    ok: bool
+    started: float
+    ttft: float | None = None
+    e2e: float | None = None
+    stamps: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    error: str | None = None
+    cancelled: bool = False
+
+    @property
+    def chunks(self) -> int:
+        return len(self.stamps)
+
+    @property
+    def ended(self) -> float | None:
+        return None if self.e2e is None else self.started + self.e2e
+
+    @property
+    def gaps(self) -> list[float]:
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+
+    @property
+    def tokens_per_chunk(self) -> float:
+        """The server's token count over the client's chunk count (1.0 without usage)."""
+        if self.completion_tokens and self.stamps:
+            return self.completion_tokens / len(self.stamps)
+        return 1.0
+
+
+async def stream_request(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], rec: RequestRecord | None = None
+) -> RequestRecord:
+    """One streamed request; never raises for a failed request, records it instead.
+
+    Pass ``rec`` to watch a request while it streams (its ``stamps`` grow as tokens arrive)."""
+    rec = rec or RequestRecord(ok=False, started=0.0)
+    rec.started = time.perf_counter()
+    try:
+        async with client.stream("POST", url, json=body, headers=headers) as reply:
+            if reply.status_code != 200:
+                rec.error = f"HTTP {reply.status_code}: {(await reply.aread()).decode(errors='replace')[:200]}"
+                return _ended(rec)
+            async for line in reply.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                event = json.loads(data)
+                if event.get("error"):
+                    rec.error = f"stream error: {str(event['error'])[:200]}"
+                    return _ended(rec)
+                _read_event(rec, event)
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        rec.error = f"{type(exc).__name__}: {exc}"[:200]
+        return _ended(rec)
+    _ended(rec)
+    rec.ok = rec.ttft is not None
+    if not rec.ok:
+        rec.error = "stream ended without any token"
+    return rec
+
+
+def _ended(rec: RequestRecord) -> RequestRecord:
+    rec.e2e = time.perf_counter() - rec.started
+    return rec
+
+
+def _read_event(rec: RequestRecord, event: dict[str, Any]) -> None:
+    if _has_content(event):
+        now = time.perf_counter()
+        if rec.ttft is None:
+            rec.ttft = now - rec.started
+        rec.stamps.append(now)
+    usage = event.get("usage")
+    if usage:
+        rec.prompt_tokens = usage.get("prompt_tokens")
+        rec.completion_tokens = usage.get("completion_tokens")
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is not None:
+            rec.cached_tokens = int(cached)
+    timings = event.get("timings")  # llama.cpp: cache_n prompt tokens reused from the slot's cache
+    if timings and timings.get("cache_n") is not None:
+        rec.cached_tokens = int(timings["cache_n"])
+
+
+def _has_content(event: dict[str, Any]) -> bool:
+    for choice in event.get("choices") or ():
+        if choice.get("text") or (choice.get("delta") or {}).get("content"):
+            return True
+    return False
