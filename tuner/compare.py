@@ -15,9 +15,9 @@ import optuna
 from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigError
 from tuner.executors import Executor
-from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, noise_floor
+from tuner.noise import NoiseFloor, differs, half_width, is_noisy, noise_floor
 from tuner.objectives import ObjectiveSet
-from tuner.pick import REVALIDATED, Candidate, objective_metrics, pick, reference_groups
+from tuner.pick import Candidate, objective_metrics, pick, repeated_runs
 from tuner.space import SearchSpace
 from tuner.validate import remeasure
 
@@ -58,10 +58,7 @@ def compare(
     items = [(f"{name}-trial{c.number}", dict(c.trial.params)) for name, c in picks.items()]
     state = remeasure(space, objective, run_dir, executor, items, repeats=repeats, on_run=on_run)
     noisy = [is_noisy(m) for m in names]
-    repeated = [state[label].values for label, _ in items]
-    for study in studies.values():
-        repeated += [v["runs"] for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.")]
-        repeated += reference_groups(study.user_attrs.get(NOISE, {}))
+    repeated = [state[label].values for label, _ in items] + [runs for study in studies.values() for runs in repeated_runs(study)]
     floor = noise_floor(repeated, noisy)
     results = []
     for (label, _), (name, cand) in zip(items, picks.items(), strict=True):

@@ -11,27 +11,39 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 __all__ = ["GpuHygiene", "Holder", "nvml_holders", "nvml_used_mib"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-def nvml_used_mib(ids: Iterable[int]) -> dict[int, float] | None:
-    """Used memory per GPU in MiB, or None where NVML is not available (nvidia-smi where the
-    Python binding is not installed)."""
+def _nvml(query: Callable[[Any], T], fallback: Callable[[], T | None]) -> T | None:
+    """``query(pynvml)`` between nvmlInit and nvmlShutdown; ``fallback()`` (nvidia-smi) where the
+    Python binding is not installed; None where NVML does not start."""
     try:
         import pynvml
     except ImportError:
-        return _smi_used_mib(list(ids))
+        return fallback()
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
         return None
     try:
-        return {i: pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used / 2**20 for i in ids}
+        return query(pynvml)
     finally:
         pynvml.nvmlShutdown()
+
+
+def nvml_used_mib(ids: Iterable[int]) -> dict[int, float] | None:
+    """Used memory per GPU in MiB, or None where NVML is not available (nvidia-smi where the
+    Python binding is not installed)."""
+    ids = list(ids)
+    return _nvml(
+        lambda nvml: {i: nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used / 2**20 for i in ids},
+        lambda: _smi_used_mib(ids),
+    )
 
 
 @dataclass(frozen=True)
@@ -49,25 +61,19 @@ class Holder:
 
 def nvml_holders(ids: Iterable[int]) -> list[Holder] | None:
     """Processes with a context on any of the GPUs (compute and graphics), or None without NVML."""
-    try:
-        import pynvml
-    except ImportError:
-        return _smi_holders(list(ids))
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
+    ids = list(ids)
+
+    def query(nvml: Any) -> list[Holder]:
         found: dict[tuple[int, int], Holder] = {}
         for i in ids:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
-                for proc in query(handle):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            for running in (nvml.nvmlDeviceGetComputeRunningProcesses, nvml.nvmlDeviceGetGraphicsRunningProcesses):
+                for proc in running(handle):
                     used = getattr(proc, "usedGpuMemory", None)
                     found[(i, proc.pid)] = Holder(i, proc.pid, used / 2**20 if isinstance(used, int) else None)
         return list(found.values())
-    finally:
-        pynvml.nvmlShutdown()
+
+    return _nvml(query, lambda: _smi_holders(ids))
 
 
 def _smi(args: list[str]) -> list[list[str]] | None:

@@ -120,8 +120,7 @@ def record(
     if outcome is not None:
         attrs["metrics"] = outcome.metrics()
         if (sampled := next((r for r in outcome.probes if r.probe == "telemetry"), None)) is not None:
-            windows = {c: lv.get("window_at") for r in outcome.probes if r.probe == "load" for c, lv in r.details.get("levels", {}).items()}
-            attrs["telemetry"] = {"source": sampled.details.get("source"), "trace": sampled.details.get("trace", []), "windows": windows}
+            attrs["telemetry"] = {key: sampled.details.get(key) for key in ("source", "trace", "windows")}
         attrs["capacity"] = outcome.capacity.to_dict()
         attrs["timings"] = outcome.timings.__dict__
     if state == TrialState.COMPLETE and evaluation is not None:

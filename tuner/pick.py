@@ -23,7 +23,7 @@ from tuner.exceptions import ConfigError
 from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, noise_floor
 
 __all__ = [
-    "Candidate", "candidates", "feasible", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front",
+    "Candidate", "candidates", "feasible", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
     "describe_noise", "pick", "signs", "study_floor", "tied_with",
 ]
 
@@ -90,10 +90,19 @@ def study_floor(
 ) -> NoiseFloor:
     """The study's noise floor from every config it measured more than once (``reference``: the
     reference config's runs in groups measured close in time, when newer than those stored)."""
-    repeated = [v["runs"] for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.") and v.get("runs")]
     if reference is None:
-        reference = reference_groups(study.user_attrs.get(NOISE, {}))
-    return noise_floor([*repeated, *reference], noisy)
+        return noise_floor(repeated_runs(study), noisy)
+    return noise_floor([*_revalidated_runs(study), *reference], noisy)
+
+
+def repeated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:
+    """Every config the study measured more than once, as its runs' objective values: the
+    re-measured candidates, and the reference grouped by when it ran."""
+    return [*_revalidated_runs(study), *reference_groups(study.user_attrs.get(NOISE, {}))]
+
+
+def _revalidated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:
+    return [v["runs"] for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.") and v.get("runs")]
 
 
 def reference_groups(noise: dict) -> list[list[Sequence[float]]]:  # type: ignore[type-arg]

@@ -97,8 +97,7 @@ def serve(
             server.stop()
             raise type(exc)(str(exc), evidence=server.settled(exc.evidence)) from None
         logger.info("ready after %.1fs: %s", startup_s, trial_dir)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        capacity = read_capacity(adapter, server.log_text(), server.url, headers=headers)
+        capacity = read_capacity(adapter, server.log_text(), server.url, headers=server.headers)
         handle = ServerHandle(
             server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key, adapter.prefix_cache_metrics
         )
@@ -153,7 +152,8 @@ def _telemetry(sampler: telemetry.Telemetry, results: list[ProbeResult], space: 
     if load is None or space.probes.load is None:
         return None
     flat, per_level = telemetry.summarize_levels(sampler.samples, load.details.get("levels", {}), space.probes.load.target_concurrency)
-    details = {"source": sampler.source, "levels": per_level, "trace": telemetry.trace(sampler.samples)}
+    windows = {level: summary.get("window_at") for level, summary in load.details.get("levels", {}).items()}
+    details = {"source": sampler.source, "levels": per_level, "trace": telemetry.trace(sampler.samples), "windows": windows}
     return ProbeResult("telemetry", flat, details)
 
 
