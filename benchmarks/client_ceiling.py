@@ -20,6 +20,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner.partitions import free_port  # noqa: E402
 from tuner.probes.load import stream_request  # noqa: E402
 
@@ -71,5 +72,6 @@ def main(concurrency: int, tokens: int, requests: int) -> None:
 
 
 if __name__ == "__main__":
+    end_servers_on_sigterm()  # `timeout` must not leave a server behind
     args = [int(a) for a in sys.argv[1:]]
     main(*(args + [16, 1000, 160][len(args):]))

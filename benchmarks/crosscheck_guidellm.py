@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space  # noqa: E402
+from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner import engines  # noqa: E402
 from tuner.partitions import free_port  # noqa: E402
 from tuner.probes import LoadProbe, ServerHandle  # noqa: E402
@@ -91,4 +92,5 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
 
 
 if __name__ == "__main__":
+    end_servers_on_sigterm()  # `timeout` must not leave a server behind
     main()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner.server import end_servers_on_sigterm
 from tuner import objectives
 from tuner.artifacts import RunDir
 from tuner.driver import Driver, TrialReport
@@ -55,4 +56,5 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
+    end_servers_on_sigterm()  # `timeout` must not leave a server behind
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 7)

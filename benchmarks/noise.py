@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner import space as spaces  # noqa: E402
 from tuner.partitions import make_partitions  # noqa: E402
 from tuner.probes import LoadProbe  # noqa: E402
@@ -205,4 +206,5 @@ def summarize(report: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
+    end_servers_on_sigterm()  # `timeout` must not leave a server behind
     main()

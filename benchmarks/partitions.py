@@ -23,6 +23,7 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space  # noqa: E402
+from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner import objectives  # noqa: E402
 from tuner.artifacts import RunDir  # noqa: E402
 from tuner.driver import Driver  # noqa: E402
@@ -76,4 +77,5 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
+    end_servers_on_sigterm()  # `timeout` must not leave a server behind
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 8)

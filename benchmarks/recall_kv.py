@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space  # noqa: E402
+from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner import engines  # noqa: E402
 from tuner.partitions import free_port  # noqa: E402
 from tuner.probes import RecallProbe, ServerHandle  # noqa: E402
@@ -58,5 +59,6 @@ def main(lengths: list[int], threads: int) -> None:
 
 
 if __name__ == "__main__":
+    end_servers_on_sigterm()  # `timeout` must not leave a server behind
     lens = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1024, 2048, 4096, 7168]
     main(lens, int(sys.argv[2]) if len(sys.argv) > 2 else 2)

@@ -43,6 +43,7 @@ import optuna
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner.artifacts import RunDir  # noqa: E402
 from tuner.driver import Driver  # noqa: E402
 from tuner.evidence import Evidence  # noqa: E402
@@ -315,4 +316,5 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
+    end_servers_on_sigterm()  # `timeout` must not leave a server behind
     main()

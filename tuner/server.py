@@ -15,6 +15,7 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -31,7 +32,7 @@ from tuner.evidence import Evidence, LogLine
 from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
 from tuner.ledger import Ledger
 
-__all__ = ["ServerProcess", "group_members", "terminate_group", "terminate_pid"]
+__all__ = ["ServerProcess", "end_servers_on_sigterm", "group_members", "terminate_group", "terminate_pid"]
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +253,13 @@ class ServerProcess:
             raise TeardownError(f"port {self.port} still bound after teardown", evidence=self.evidence())
         self.teardown_s = time.monotonic() - begun
         return self.teardown_s
+
+
+def end_servers_on_sigterm() -> None:
+    """For scripts that start servers outside `tune run` (the benchmarks): SIGTERM (``timeout``, a
+    job scheduler) raises SystemExit in the main thread, so every ``with ServerProcess`` /
+    ``serve()`` tears its server down instead of leaving it running in its own session."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _exit_fields(code: int | None) -> dict[str, Any]:

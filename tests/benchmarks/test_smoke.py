@@ -75,3 +75,26 @@ def test_pick_replay_benchmark_runs(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "noise-aware" in out.stdout and (tmp_path / "r.json").is_file()
+
+
+@pytest.mark.integration
+def test_a_benchmark_stopped_by_sigterm_leaves_no_server(llama_server: Path, smollm2: Path) -> None:
+    """`timeout` SIGTERMs a benchmark while its real llama-server serves: the server goes too."""
+    import signal
+    import subprocess
+    import time
+
+    from tuner.ledger import descendants
+
+    bench = subprocess.Popen(
+        [sys.executable, str(BENCHMARKS / "crosscheck_guidellm.py"), "--skip-guidellm", "--duration", "30"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (servers := descendants(bench.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert servers, "the benchmark started no server"
+    time.sleep(3)  # ready and probing
+    bench.send_signal(signal.SIGTERM)
+    assert bench.wait(30) == 128 + signal.SIGTERM
+    assert not [pid for pid in servers if Path(f"/proc/{pid}").exists()], "a server outlived its benchmark"
