@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,13 @@ def test_a_study_compared_with_its_own_copy_ties(real_study, tmp_path: Path) -> 
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "a's and b's picks tie on load.output_tok_s" in out.stdout
+    # One verdict for the pair. The same config twice ties at the 95 % level, i.e. not always: a
+    # false "beats" may appear (seen once: +1.8 %), but only by a small margin.
+    verdict = [line for line in out.stdout.splitlines() if "picks tie" in line or "pick beats" in line]
+    assert len(verdict) == 1, out.stdout
+    tie = verdict[0].startswith("a's and b's picks tie on load.output_tok_s")
+    margin = re.search(r"by ([+-][\d.]+)%, beyond the noise", verdict[0])
+    assert tie or (margin is not None and abs(float(margin.group(1))) < 10.0), verdict[0]
     assert out.stdout.count(" runs)") == 2 and "(2 runs)" in out.stdout
     assert copy.read_bytes() == before, "compare wrote to a study"
 
