@@ -32,6 +32,8 @@ class Limits:
     chunked_prefill_size: int | None = None
     max_prefill_tokens: int | None = None
     max_queued_requests: int | None = None
+    recall_verified_context: int | None = None  # the longest needle rung the config passed (probes.recall)
+    served_context: int | None = None  # the context served at the target concurrency (probes.served); 0: failed
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -52,6 +54,11 @@ class Limits:
 
     def warnings(self) -> list[str]:
         notes = []
+        if self.recall_verified_context is not None and self.context_per_request and self.recall_verified_context < self.context_per_request:
+            notes.append(
+                f"configured for {self.context_per_request:,} tokens per call, but recall was verified only up to "
+                f"{self.recall_verified_context:,}: offer the verified context"
+            )
         if self.queue_unbounded:
             notes.append("queue is unbounded: overload waits instead of being rejected (set a max queued requests)")
         if self.cuda_graph_max_bs and self.max_running_requests and self.cuda_graph_max_bs < self.max_running_requests:
@@ -81,6 +88,9 @@ class Limits:
             f"  max prefill tokens      {fmt(self.max_prefill_tokens)}",
             f"  cuda graph max batch    {fmt(self.cuda_graph_max_bs)}",
             f"  max queued requests     {'unbounded' if self.queue_unbounded else fmt(self.max_queued_requests)}",
+            "measured",
+            f"  recall-verified context {fmt(self.recall_verified_context)}",
+            f"  served at concurrency   {fmt(self.served_context)}" + ("   (FAILED: long requests side by side did not all complete)" if self.served_context == 0 else ""),
             "runtime-derived",
             f"  KV pool tokens          {fmt(self.kv_tokens)}" + (f"   ({self.sources['kv_tokens']})" if "kv_tokens" in self.sources else ""),
             "",
@@ -96,7 +106,8 @@ class Limits:
 def default_contexts(limits: Limits) -> list[int]:
     """The per-call context and three quarter-steps below it (or common sizes)."""
     top = limits.context_per_request or 131072
-    return sorted({max(256, top // 4**i) for i in range(4)}, reverse=True)
+    measured = {c for c in (limits.recall_verified_context,) if c}
+    return sorted({max(256, top // 4**i) for i in range(4)} | measured, reverse=True)
 
 
 def from_config(configured: dict[str, int | None], capacity: Any | None = None, *, source: str = "flags") -> Limits:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuner.exceptions import ConfigError
 
@@ -22,17 +22,45 @@ if TYPE_CHECKING:
     from tuner.records import TrialOutcome
     from tuner.space import SearchSpace
 
-__all__ = ["Evaluation", "Objective", "ObjectiveSet", "available_metrics", "load"]
+__all__ = ["CONFIGURED_CONTEXT", "Evaluation", "Objective", "ObjectiveSet", "available_metrics", "load", "role_of"]
 
 OBJECTIVES_DIR = Path(__file__).resolve().parents[1] / "objectives"
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9_.@-]+)\s*(<=|>=|==|<|>)\s*(-?[0-9.]+(?:e-?\d+)?)\s*$")
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt}
 
 
+Role = Literal["throughput", "context", "energy", "capacity", "latency"]
+# Where an objective set does not say, a metric's role follows from its name.
+_ROLE_OF = (
+    (re.compile(r"^load\.(output|total)_tok_s(@\d+)?$"), "throughput"),
+    (re.compile(r"^(recall\.effective_context|served\.context|capacity\.context_per_request)$"), "context"),
+    (re.compile(r"^telemetry\.tokens_per_joule(@\d+)?$"), "energy"),
+    (re.compile(r"^capacity\.(kv_tokens|max_running_requests)$"), "capacity"),
+    (re.compile(r"^load\.(ttft|tpot|itl|e2e)_p\d+(@\d+)?$"), "latency"),
+)
+# The context a config serves, where no objective has the context role: what the engine was
+# configured to serve per request (not recall-verified: say so where it is shown).
+CONFIGURED_CONTEXT = "capacity.context_per_request"
+
+
+def role_of(metric: str) -> str | None:
+    return next((role for pattern, role in _ROLE_OF if pattern.match(metric)), None)
+
+
 class Objective(BaseModel):
+    """One objective; ``role`` says what it stands for (picks, ``--min-context``, `tune limits`
+    and the report find throughput and context by role, never by position)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     metric: str
     direction: Literal["maximize", "minimize"]
+    role: Role | None = None
+
+    @model_validator(mode="after")
+    def _infer_role(self) -> Objective:
+        if self.role is None and (role := role_of(self.metric)) is not None:
+            object.__setattr__(self, "role", role)
+        return self
 
 
 class MetricConstraint(BaseModel):
@@ -83,6 +111,17 @@ class ObjectiveSet(BaseModel):
                 item = {"metric": match[1], "op": match[2], "bound": float(match[3])}
             parsed.append(item)
         return parsed
+
+    @model_validator(mode="after")
+    def _one_per_role(self) -> ObjectiveSet:
+        roles = [o.role for o in self.objectives if o.role]
+        if len(roles) != len(set(roles)):
+            raise ValueError(f"two objectives share a role: {roles}")
+        return self
+
+    def index_of(self, role: str) -> int | None:
+        """The position of the objective with ``role``, if any."""
+        return next((i for i, o in enumerate(self.objectives) if o.role == role), None)
 
     @property
     def directions(self) -> list[str]:

@@ -20,10 +20,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.exceptions import ConfigError
+from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
 from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, noise_floor
 
 __all__ = [
-    "Candidate", "candidates", "feasible", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
+    "Candidate", "candidates", "context_metric", "context_of", "feasible", "role_index", "stored_objectives", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
     "describe_noise", "pick", "signs", "study_floor", "tied_with",
 ]
 
@@ -76,6 +77,39 @@ def candidates(study: optuna.Study) -> list[Candidate]:
         hws = half_width(values, runs, floor, noisy, _within(t, names))
         found.append(Candidate(t, values, again is not None, hws, len(runs)))
     return found
+
+
+def stored_objectives(study: optuna.Study) -> ObjectiveSet | None:
+    """The objective set the study was run with (roles inferred where it predates them)."""
+    stored = study.user_attrs.get("tuner.objectives")
+    try:
+        return ObjectiveSet.model_validate(stored) if stored else None
+    except ValueError:
+        return None
+
+
+def role_index(study: optuna.Study, role: str) -> int | None:
+    """The objective with ``role`` (``throughput``, ``context``, ...) in the study, if any."""
+    found = stored_objectives(study)
+    if found is not None and len(found.objectives) == len(study.directions):
+        return found.index_of(role)
+    names = objective_metrics(study)
+    return next((i for i, m in enumerate(names) if role_of(m) == role), None)
+
+
+def context_metric(study: optuna.Study) -> str:
+    """The metric that says what context a config serves: the context-role objective (recall-
+    verified where the study measures recall), else the per-request context it was configured to."""
+    j = role_index(study, "context")
+    return objective_metrics(study)[j] if j is not None else CONFIGURED_CONTEXT
+
+
+def context_of(study: optuna.Study) -> Callable[[Candidate], float | None]:
+    """A candidate's context: its context objective's mean, else its configured context."""
+    j = role_index(study, "context")
+    if j is not None:
+        return lambda c: c.values[j]
+    return lambda c: c.trial.user_attrs.get("metrics", {}).get(CONFIGURED_CONTEXT)
 
 
 def objective_metrics(study: optuna.Study) -> list[str]:
@@ -199,20 +233,23 @@ def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = 
         if not chosen:
             raise ConfigError(f"trial {number} of study {study.study_name!r} is not a complete, feasible trial")
         return chosen[0]
-    context_index = 1
-    if min_context is not None and len(study.directions) > context_index:
-        items = [c for c in items if c.values[context_index] >= min_context]
+    context = context_of(study)
+    if min_context is not None:
+        items = [c for c in items if (context(c) or 0) >= min_context]
     if not items:
-        raise ConfigError(f"study {study.study_name!r} has no complete, feasible trial to pick" + (f" with context >= {min_context:g}" if min_context else ""))
+        what = f" with {context_metric(study)} >= {min_context:g}" if min_context is not None else ""
+        raise ConfigError(f"study {study.study_name!r} has no complete, feasible trial to pick{what}")
     signs_ = signs(study)
+    throughput = role_index(study, "throughput") or 0
     if how == "max-throughput":
-        return _with_ties(_best(items, signs_, 0), items, signs_, 0)
+        return _with_ties(_best(items, signs_, throughput), items, signs_, throughput)
     if how == "max-context":
-        if len(signs_) <= context_index:
-            raise ConfigError("max-context needs a study with a context objective")
-        top = max(signs_[context_index] * c.values[context_index] for c in items)
-        at_top = [c for c in items if signs_[context_index] * c.values[context_index] == top]
-        return _with_ties(_best(at_top, signs_, 0), at_top, signs_, 0)
+        known = [c for c in items if context(c) is not None]
+        if not known:
+            raise ConfigError(f"max-context: no candidate of study {study.study_name!r} reports {context_metric(study)}")
+        top = max(context(c) for c in known)  # type: ignore[type-var]
+        at_top = [c for c in known if context(c) == top]
+        return _with_ties(_best(at_top, signs_, throughput), at_top, signs_, throughput)
     if how == "knee":
         front = pareto_front(items, signs_)
         knee = _knee(front, signs_)

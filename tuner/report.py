@@ -14,7 +14,7 @@ from tuner.exceptions import ConfigError
 from tuner.export import build_export
 from tuner.limits import default_contexts
 from tuner.pareto import fronts
-from tuner.pick import describe_noise, objective_metrics, pick
+from tuner.pick import context_metric, describe_noise, objective_metrics, pick, role_index
 from tuner.plots import front_html, power_html
 from tuner.space import SearchSpace
 
@@ -64,8 +64,9 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
     name = study.study_name
     states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
     metric_names = study.metric_names or []
-    y = metric_names[0] if metric_names else "load.output_tok_s"
-    x = metric_names[1] if len(metric_names) > 1 else "capacity.context_per_request"
+    throughput = role_index(study, "throughput")
+    y = metric_names[throughput or 0] if metric_names else "load.output_tok_s"
+    x = context_metric(study)
     the_fronts = fronts({name: study}, x, y)
     try:
         chosen = build_export(study, space, pick(study, "knee"))

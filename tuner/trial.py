@@ -99,7 +99,8 @@ def serve(
         logger.info("ready after %.1fs: %s", startup_s, trial_dir)
         capacity = read_capacity(adapter, server.log_text(), server.url, headers=server.headers)
         handle = ServerHandle(
-            server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key, adapter.prefix_cache_metrics
+            server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key, adapter.prefix_cache_metrics,
+            adapter.context_slack,
         )
         yield Served(handle, server, command, startup_s, started_at)
     finally:

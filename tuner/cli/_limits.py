@@ -98,4 +98,6 @@ def _from_trial(study: str | None, number: int | None, storage: str | None) -> L
     space = stored_space(the_study)
     configured = engines.get(space.engine).configured_limits(space.values(t.params))
     capacity = Capacity.from_dict(t.user_attrs["capacity"]) if "capacity" in t.user_attrs else None
-    return from_config(configured, capacity)
+    metrics = t.user_attrs.get("metrics", {})
+    measured = {k: int(metrics[m]) for k, m in (("recall_verified_context", "recall.effective_context"), ("served_context", "served.context")) if m in metrics}
+    return from_config({**configured, **measured}, capacity)

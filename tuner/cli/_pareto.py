@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 from tuner.cli._common import echo, open_existing
 from tuner.exceptions import ConfigError
 from tuner.pareto import fronts
-from tuner.pick import objective_metrics, pick
+from tuner.pick import context_metric, objective_metrics, pick, role_index
 from tuner.plots import front_html, front_png
 
 
@@ -29,8 +29,8 @@ def pareto(
         opened[name] = open_existing(name, spec if "=" in spec else None)
     first = next(iter(opened.values()))
     names = first.metric_names or []
-    y = y or (names[0] if names else "load.output_tok_s")
-    x = x or (names[1] if len(names) > 1 else "capacity.context_per_request")
+    y = y or (names[role_index(first, "throughput") or 0] if names else "load.output_tok_s")
+    x = x or context_metric(first)
     for flag, metric in (("--x", x), ("--y", y)):
         _check_metric(opened, flag, metric)
     result = fronts(opened, x, y, (ref_x, ref_y))

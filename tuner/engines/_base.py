@@ -87,6 +87,9 @@ class EngineAdapter(ABC):
     # (queries, hits) counter names in /metrics that count prompt tokens looked up in / served
     # from the prefix cache, for engines whose usage omits cached tokens; None: not exposed.
     prefix_cache_metrics: ClassVar[tuple[str, str] | None] = None
+    # tokens of the reported per-request context a request may not use (SGLang refuses a request
+    # whose prompt + output *reaches* context_len: tokenizer_manager's ``>=``)
+    context_slack: ClassVar[int] = 0
 
     @abstractmethod
     def executable(self) -> list[str]:

@@ -68,6 +68,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 class SglangAdapter(EngineAdapter):
     name = "sglang"
     signatures = SIGNATURES
+    context_slack = 1
 
     def executable(self) -> list[str]:
         return [sys.executable, "-m", "sglang.launch_server"]

@@ -9,20 +9,29 @@ from tuner.probes._base import Probe, ServerHandle
 from tuner.probes.load import LoadProbe
 from tuner.probes.overload import OverloadProbe
 from tuner.probes.recall import RecallProbe
+from tuner.probes.served import ServedContextProbe
 
 if TYPE_CHECKING:
     from tuner.space import SearchSpace
 
-__all__ = ["LoadProbe", "OverloadProbe", "Probe", "RecallProbe", "ServerHandle", "from_space", "metric_names"]
+__all__ = ["LoadProbe", "OverloadProbe", "Probe", "RecallProbe", "ServedContextProbe", "ServerHandle", "from_space", "metric_names"]
 
-_PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, RecallProbe, OverloadProbe)}
+_PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, RecallProbe, ServedContextProbe, OverloadProbe)}
 CAPACITY_METRICS = {"capacity.kv_tokens", "capacity.max_running_requests", "capacity.context_per_request"}
 
 
 def from_space(space: SearchSpace) -> list[Probe]:
     """The probes a space asks for, in the order they run (load first: it is the cheapest)."""
     specs = space.probes
-    return [_PROBES[name](spec) for name in _PROBES if (spec := getattr(specs, name)) is not None]
+    found: list[Probe] = []
+    for name, cls in _PROBES.items():
+        if (spec := getattr(specs, name)) is None:
+            continue
+        if cls is ServedContextProbe:  # at the load probe's target concurrency unless the spec says
+            found.append(ServedContextProbe(spec, default_concurrency=specs.load.target_concurrency if specs.load else 1))
+        else:
+            found.append(cls(spec))
+    return found
 
 
 def metric_names(space: SearchSpace) -> set[str]:

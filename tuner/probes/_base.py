@@ -21,6 +21,7 @@ class ServerHandle:
     engine: str
     api_key: str | None = field(default=None, repr=False)
     prefix_cache_metrics: tuple[str, str] | None = None  # the adapter's /metrics counter names
+    context_slack: int = 0  # tokens the engine keeps back from the per-request context (SGLang: 1)
 
     @property
     def headers(self) -> dict[str, str]:

@@ -1,7 +1,12 @@
 """Recall probe: a needle (a random passcode) at several depths of filler text, at a ladder of
 prompt lengths measured with the server's tokenizer. Temperature 0, the server applies its chat
-template, exact-match scoring. The ladder stops at the first failing length, and at the first
-length that does not fit the server's per-request context."""
+template, exact-match scoring.
+
+A rung ``L`` is one request of at most ``L`` tokens in all (chat-templated prompt and answer). The
+default ladder (``lengths: auto``) is derived from the server's own per-request context: powers of
+two from ``start`` below it, then the context itself; a config's recall-verified context is the
+longest rung it passed, so it can reach what the config was told to serve, and no more. The
+ladder stops at the first failing rung, and (fixed ladders) at the first that does not fit."""
 
 from __future__ import annotations
 
@@ -14,17 +19,18 @@ from typing import Any
 
 import httpx
 
+from tuner.exceptions import ProbeError
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._tokens import Tokenizer
 from tuner.records import ProbeResult
 from tuner.space._model import RecallProbeSpec
 
-__all__ = ["RecallProbe"]
+__all__ = ["RecallProbe", "ladder"]
 
 logger = logging.getLogger(__name__)
 
 ANSWER_TOKENS = 16
-TEMPLATE_ALLOWANCE = 64  # chat-template tokens around the user message
+TEMPLATE_ALLOWANCE = 64  # chat-template tokens around the user message (SmolLM2 adds a system prompt)
 # The passkey-retrieval haystack (Mohtashami & Jaggi, "Landmark Attention", 2023).
 INTRO = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -32,6 +38,21 @@ INTRO = (
 )
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 QUESTION = "\n\nWhat is the pass key? Answer with the number only."
+GATES = "amber birch cedar delta ember falcon granite harbor indigo juniper kestrel lotus maple".split()
+
+
+def ladder(spec: RecallProbeSpec, limit: int | None) -> list[int]:
+    """The rungs to climb: the spec's fixed lengths, or powers of two from ``start`` below the
+    per-request context ``limit`` and then ``limit`` itself."""
+    if spec.lengths != "auto":
+        return list(spec.lengths)
+    if limit is None:
+        raise ProbeError("probes.recall.lengths is auto, but the engine reported no per-request context: give a list of lengths")
+    rungs, length = [], spec.start
+    while length < limit:
+        rungs.append(length)
+        length *= 2
+    return [*rungs, limit]
 
 
 class RecallProbe(Probe):
@@ -40,37 +61,45 @@ class RecallProbe(Probe):
 
     @classmethod
     def metric_names(cls, spec: RecallProbeSpec) -> set[str]:
-        return {"effective_context", "cases", "passed"} | {f"recall@{n}" for n in spec.lengths}
+        names = {"effective_context", "cases", "passed", "context_limit"}
+        return names if spec.lengths == "auto" else names | {f"recall@{n}" for n in spec.lengths}
 
     def run(self, server: ServerHandle) -> ProbeResult:
         return asyncio.run(self._run(server))
 
     async def _run(self, server: ServerHandle) -> ProbeResult:
         limit = server.capacity.context_per_request
+        rungs = ladder(self.spec, limit)
         rng = random.Random(self.spec.seed)
         table: dict[str, dict[str, Any]] = {}
-        metrics: dict[str, float] = {"effective_context": 0.0, "cases": 0.0, "passed": 0.0}
+        recall_at: dict[str, float] = {}
+        metrics: dict[str, float] = {"effective_context": 0.0, "cases": 0.0, "passed": 0.0, "context_limit": float(limit or 0)}
         stop = "completed"
         timeout = httpx.Timeout(self.spec.request_timeout, connect=10.0)
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
             tokenizer = Tokenizer(client, server.url, server.model, server.headers)
-            for length in self.spec.lengths:
-                if limit is not None and length + ANSWER_TOKENS > limit:
+            for length in rungs:
+                if limit is not None and length > limit:
                     stop = f"length {length} does not fit the per-request context {limit}"
                     break
                 row = {}
                 for depth in self.spec.depths:
-                    row[str(depth)] = await self._case(client, tokenizer, server, length, depth, rng)
+                    for r in range(self.spec.repeats):
+                        key = str(depth) if self.spec.repeats == 1 else f"{depth}/{r}"
+                        row[key] = await self._case(client, tokenizer, server, length, depth, rng)
                 table[str(length)] = row
                 recall = sum(c["passed"] for c in row.values()) / len(row)
-                metrics[f"recall@{length}"] = recall
+                recall_at[str(length)] = recall
                 metrics["cases"] += len(row)
                 metrics["passed"] += sum(c["passed"] for c in row.values())
                 if recall < self.spec.threshold:
                     stop = f"recall {recall:.2f} at {length} tokens < threshold {self.spec.threshold}"
                     break
                 metrics["effective_context"] = float(length)
-        return ProbeResult(self.name, metrics, {"table": table, "stop_reason": stop, "context_limit": limit})
+        if self.spec.lengths != "auto":
+            metrics.update({f"recall@{n}": v for n, v in recall_at.items()})
+        details = {"table": table, "recall": recall_at, "ladder": rungs, "stop_reason": stop, "context_limit": limit}
+        return ProbeResult(self.name, metrics, details)
 
     async def _case(
         self,
@@ -82,12 +111,25 @@ class RecallProbe(Probe):
         rng: random.Random,
     ) -> dict[str, Any]:
         code = str(rng.randint(10000, 99999))
-        needle = f"The pass key is {code}. Remember it. {code} is the pass key. "
-        budget = length - TEMPLATE_ALLOWANCE
+        budget = length - ANSWER_TOKENS - TEMPLATE_ALLOWANCE
+        if self.spec.distractors:
+            gate, *others = rng.sample(GATES, 1 + min(self.spec.distractors, len(GATES) - 1))
+            others += [f"{rng.choice(GATES)}-{i}" for i in range(self.spec.distractors - len(others))]
+            needle = f"The pass key for gate {gate} is {code}. "
+            placed = [(depth, needle)] + [(rng.random(), f"The pass key for gate {o} is {rng.randint(10000, 99999)}. ") for o in others]
+            question = f"\n\nWhat is the pass key for gate {gate}? Answer with the number only."
+        else:
+            placed = [(depth, f"The pass key is {code}. Remember it. {code} is the pass key. ")]
+            question = QUESTION
+        placed.sort(key=lambda item: item[0])
 
         def build(n: int) -> str:
-            cut = int(n * depth)
-            return INTRO + FILLER * cut + needle + FILLER * (n - cut) + QUESTION
+            parts, at = [INTRO], 0
+            for where, sentence in placed:
+                cut = int(n * where)
+                parts += [FILLER * (cut - at), sentence]
+                at = cut
+            return "".join([*parts, FILLER * (n - at), question])
 
         content, _ = await tokenizer.fit(build, budget, high=max(2, budget // 10))
         body = {

@@ -202,8 +202,17 @@ class LoadProbeSpec(_Strict):
 
 
 class RecallProbeSpec(_Strict):
-    lengths: list[Annotated[int, Field(ge=64)]] = Field(min_length=1)
+    """A needle ladder (see probes.recall). ``lengths: auto`` (the default) derives the rungs from
+    the server's configured per-request context: powers of two from ``start`` below it, then the
+    context itself, so a config's context value is what it recalls, not what it was told. A list
+    is a fixed ladder. Each rung runs every depth ``repeats`` times; ``distractors`` adds that many
+    other pass keys to the haystack (a harder task that separates KV precisions sooner)."""
+
+    lengths: list[Annotated[int, Field(ge=64)]] | Literal["auto"] = "auto"
+    start: int = Field(1024, ge=64)
     depths: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=lambda: [0.5], min_length=1)
+    repeats: int = Field(1, ge=1, le=20)
+    distractors: int = Field(0, ge=0, le=64)
     threshold: float = Field(1.0, gt=0.0, le=1.0)
     seed: int = 0
     request_timeout: float = 600.0
@@ -215,10 +224,26 @@ class RecallProbeSpec(_Strict):
 
     @field_validator("lengths")
     @classmethod
-    def _ascending(cls, lengths: list[int]) -> list[int]:
-        if lengths != sorted(set(lengths)):
-            raise ValueError("lengths must be unique and ascending")
+    def _ascending(cls, lengths: list[int] | str) -> list[int] | str:
+        if isinstance(lengths, list) and (not lengths or lengths != sorted(set(lengths))):
+            raise ValueError("lengths must be 'auto' or a non-empty list, unique and ascending")
         return lengths
+
+
+class ServedContextProbeSpec(_Strict):
+    """The seeds' failure class: a buffer sized by the maximum context that fails only when long
+    requests arrive. ``concurrency`` requests (default: the load probe's target) whose prompts fill
+    the configured per-request context (prompt = context - ``output_tokens``) are sent at once and
+    must all complete without error."""
+
+    concurrency: int | None = Field(None, ge=1)
+    output_tokens: int = Field(16, ge=1)
+    request_timeout: float = 900.0
+
+    @field_validator("request_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
 
 
 class OverloadProbeSpec(_Strict):
@@ -238,6 +263,7 @@ class OverloadProbeSpec(_Strict):
 class ProbesSpec(_Strict):
     load: LoadProbeSpec | None = Field(default_factory=LoadProbeSpec)
     recall: RecallProbeSpec | None = None
+    served: ServedContextProbeSpec | None = None
     overload: OverloadProbeSpec | None = None
 
 

@@ -1,0 +1,93 @@
+"""Served-context probe: the configured maximum context, at the target concurrency, for real.
+
+A config's context is only a promise until requests that fill it are served side by side: the
+seeds' failure class is a buffer sized by the maximum context that allocates (and OOMs) only when
+long requests arrive, long after the server said it was ready. ``concurrency`` requests whose
+prompts (fresh, exact length) fill the per-request context minus ``output_tokens`` are sent at
+once; every one must complete. ``served.context`` is the per-request context they proved (0 when
+any failed), ``served.ok`` 1 or 0 for a constraint."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+
+from tuner.exceptions import ProbeError
+from tuner.probes._base import Probe, ServerHandle
+from tuner.probes._prompts import PromptMaker, one_token_words
+from tuner.probes._stream import stream_request
+from tuner.probes._tokens import Tokenizer
+from tuner.records import ProbeResult
+from tuner.space._model import ServedContextProbeSpec
+
+__all__ = ["ServedContextProbe"]
+
+logger = logging.getLogger(__name__)
+
+CALIBRATION_TOKENS = 64
+SEED = 7919  # prompts of their own: never those of the load probe
+
+
+class ServedContextProbe(Probe):
+    name = "served"
+    spec: ServedContextProbeSpec
+
+    def __init__(self, spec: ServedContextProbeSpec, *, default_concurrency: int = 1) -> None:
+        super().__init__(spec)
+        self.concurrency = spec.concurrency or default_concurrency
+
+    @classmethod
+    def metric_names(cls, spec: ServedContextProbeSpec) -> set[str]:
+        return {"context", "ok", "requests", "errors", "prompt_tokens", "seconds", "ttft_max"}
+
+    def run(self, server: ServerHandle) -> ProbeResult:
+        return asyncio.run(self._run(server))
+
+    async def _run(self, server: ServerHandle) -> ProbeResult:
+        limit = server.capacity.context_per_request
+        if not limit:
+            raise ProbeError("the engine reported no per-request context: the served-context probe has nothing to fill")
+        out = self.spec.output_tokens
+        asked = limit - server.context_slack - out
+        if asked < CALIBRATION_TOKENS:
+            raise ProbeError(f"per-request context {limit} leaves no room for a prompt beside {out} output tokens")
+        n = self.concurrency
+        timeout = httpx.Timeout(self.spec.request_timeout, connect=10.0)
+        limits = httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2)
+        url = f"{server.url}/v1/completions"
+        body = {"model": server.model, "max_tokens": out, "min_tokens": out, "ignore_eos": True, "temperature": 0.0,
+                "stream": True, "stream_options": {"include_usage": True}}
+        async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
+            vocabulary = await one_token_words(Tokenizer(client, server.url, server.model, server.headers))
+            small = PromptMaker(vocabulary, CALIBRATION_TOKENS, seed=SEED)
+            probe = await stream_request(client, url, {**body, "prompt": small.make(-1), "max_tokens": 1, "min_tokens": 1}, server.headers)
+            if probe.prompt_tokens is None:
+                raise ProbeError(f"the server reports no usage.prompt_tokens: a prompt of exactly {asked} tokens cannot be checked ({probe.error})")
+            maker = PromptMaker(vocabulary, asked, seed=SEED)
+            maker.calibrate(small.sent_words, probe.prompt_tokens)
+            began = time.perf_counter()
+            records = await asyncio.gather(*(stream_request(client, url, {**body, "prompt": maker.make(i)}, server.headers) for i in range(n)))
+            seconds = time.perf_counter() - began
+        failed = [r for r in records if not r.ok or (r.completion_tokens is not None and r.completion_tokens < out)]
+        sent = sorted({r.prompt_tokens for r in records if r.prompt_tokens is not None})
+        ok = not failed and bool(records)
+        logger.info("served context %d x %d tokens: %s in %.1fs", n, limit, "ok" if ok else f"{len(failed)} failed", seconds)
+        metrics = {
+            "context": float(limit if ok else 0),
+            "ok": float(ok),
+            "requests": float(n),
+            "errors": float(len(failed)),
+            "prompt_tokens": float(sent[-1]) if sent else 0.0,
+            "seconds": seconds,
+            "ttft_max": max((r.ttft for r in records if r.ttft is not None), default=0.0),
+        }
+        details = {
+            "context_limit": limit,
+            "asked_prompt_tokens": asked,
+            "prompt_tokens_seen": sent,
+            "first_error": failed[0].error or f"{failed[0].completion_tokens} of {out} output tokens" if failed else None,
+        }
+        return ProbeResult(self.name, metrics, details)
