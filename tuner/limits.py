@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ContextRow", "Limits", "default_contexts", "from_config"]
+__all__ = ["ContextRow", "Limits", "default_contexts", "from_config", "measured"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,14 @@ def default_contexts(limits: Limits) -> list[int]:
     top = limits.context_per_request or 131072
     measured = {c for c in (limits.recall_verified_context,) if c}
     return sorted({max(256, top // 4**i) for i in range(4)} | measured, reverse=True)
+
+
+_MEASURED = (("recall_verified_context", "recall.effective_context"), ("served_context", "served.context"))
+
+
+def measured(metrics: dict[str, float]) -> dict[str, int]:
+    """The contexts a trial's probes verified (recall) and served (side by side), by Limits field."""
+    return {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}
 
 
 def from_config(configured: dict[str, int | None], capacity: Any | None = None, *, source: str = "flags") -> Limits:

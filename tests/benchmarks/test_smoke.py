@@ -55,6 +55,24 @@ def test_recall_kv_benchmark_runs(llama_server: Path, smollm2: Path, capsys: pyt
     assert capsys.readouterr().out.count("effective context") == 3
 
 
+@pytest.mark.integration
+def test_kv_precision_benchmark_runs(llama_server: Path, smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    out = tmp_path / "kv.json"
+    monkeypatch.setattr(sys, "argv", [
+        "kv_precision.py", "search_spaces/cpu-llamacpp.yaml", "cache-type-k+cache-type-v", "f16,q8_0", "--set", "ctx-size=1024",
+        "--set", "parallel=2", "--set", "threads=1", "--repeats", "1", "--depths", "0.5", "--distractors", "0", "--out", str(out),
+    ])
+    monkeypatch.chdir(BENCHMARKS.parent)
+    _load("kv_precision").main()
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"f16", "q8_0"} and rows["q8_0"]["params"]["cache-type-v"] == "q8_0"
+    assert rows["f16"]["context_limit"] == 512 and rows["f16"]["distractors=0"]["recall"] == {"512": 1.0}
+    assert "effective" in capsys.readouterr().out
+
+
 def test_search_efficiency_benchmark_runs_on_the_simulated_table() -> None:
     text = _load("search_efficiency").main(["--seeds", "1", "--tables", "gpu"])
     assert "| ours (TPE + screen) |" in text and "auto_tune.sh" in text

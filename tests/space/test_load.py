@@ -123,7 +123,7 @@ def test_units_in_space_are_parsed() -> None:
     raw = yaml.safe_load((ROOT / "search_spaces" / "cpu-llamacpp.yaml").read_text())
     space = spaces.validate(raw, "cpu-llamacpp.yaml")
     assert space.server.memory_cap == 2**30
-    assert space.budget.timeout == 900.0
+    assert space.budget.timeout == 1800.0
 
 
 @pytest.mark.parametrize("name", ["h200-vllm", "h200-sglang"])

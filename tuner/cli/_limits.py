@@ -11,7 +11,7 @@ import typer
 from tuner import engines
 from tuner.cli._common import echo, open_existing, stored_space
 from tuner.exceptions import ConfigError
-from tuner.limits import Limits, default_contexts, from_config
+from tuner.limits import Limits, default_contexts, from_config, measured
 from tuner.records import Capacity
 
 
@@ -98,6 +98,4 @@ def _from_trial(study: str | None, number: int | None, storage: str | None) -> L
     space = stored_space(the_study)
     configured = engines.get(space.engine).configured_limits(space.values(t.params))
     capacity = Capacity.from_dict(t.user_attrs["capacity"]) if "capacity" in t.user_attrs else None
-    metrics = t.user_attrs.get("metrics", {})
-    measured = {k: int(metrics[m]) for k, m in (("recall_verified_context", "recall.effective_context"), ("served_context", "served.context")) if m in metrics}
-    return from_config({**configured, **measured}, capacity)
+    return from_config({**configured, **measured(t.user_attrs.get("metrics", {}))}, capacity)
