@@ -47,21 +47,26 @@ def test_pick_max_context_and_throughput(real_study) -> None:
         pick(study, "trial:2")
 
 
-def test_export_formats_replay_the_same_flags(real_study) -> None:
+def test_export_formats_replay_what_ran(real_study) -> None:
+    """The export is the recorded launch: interpreter, taskset pinning, every flag as spelled when
+    it ran, under the memory cap it ran with (prlimit / LimitAS); only the port is the export's."""
     study, run_dir, space = real_study
     chosen = pick(study, "max-context")
     exported = build_export(study, space, chosen, port=8080)
     argv = shlex.split(exported.render("cmd"))
-    original = (run_dir.trial(chosen.number) / "command.txt").read_text().split()
-    flags = lambda a: [x for x in a if x.startswith("--") and x not in ("--port",)]  # noqa: E731
-    assert flags(argv) == flags([a for a in original if a != "taskset" and not a.startswith("--cpu-list")])
-    assert argv[argv.index("--port") + 1] == "8080"
+    original = shlex.split((run_dir.trial(chosen.number) / "command.txt").read_text())
+    cap = space.server.memory_cap
+    assert argv[:3] == ["prlimit", f"--as={cap}", "--"] and "taskset" in original
+    port = original.index("--port") + 1
+    assert argv[3:] == original[:port] + ["8080"] + original[port + 1 :]
     unit = exported.render("systemd")
-    for needle in ("ExecStart=", "Restart=on-failure", "KillMode=control-group", "TimeoutStopSec=", "recall.effective_context: 1,024.0", "--ctx-size 4096"):
+    for needle in ("ExecStart=taskset", f"LimitAS={cap}", "Restart=on-failure", "KillMode=control-group", "TimeoutStopSec=",
+                   "recall.effective_context: 1,024.0", "--ctx-size 4096", "engine: llamacpp llama-cpp-python=="):
         assert needle in unit
     assert "queue is unbounded" in unit and "never re-validated" in unit
     data = json.loads(exported.render("json"))
     assert data["params"] == {"ctx-size": 4096, "parallel": 1} and data["trial"] == chosen.number
+    assert data["memory_cap"] == cap and data["argv"] == original[:port] + ["8080"] + original[port + 1 :]
 
 
 def test_export_never_writes_a_secret(real_study, monkeypatch: pytest.MonkeyPatch) -> None:

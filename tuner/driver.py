@@ -26,6 +26,7 @@ from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.partitions import Partition, PartitionPool, trial_size
 from tuner.objectives import Evaluation, ObjectiveSet
+from tuner.pick import named_constraints
 from tuner.records import TrialOutcome
 from tuner.screen import Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
@@ -88,15 +89,35 @@ class Verdict:
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, verdict: Verdict) -> None:
-    """The one place a trial gets its state: attrs and constraints first, then ``study.tell``."""
+    """The one place a trial gets its state: attrs and constraints first, then ``study.tell``.
+
+    Constraints are stored twice: by name (Optuna 5's ``constraints:<name>``, what
+    :func:`tuner.pick.named_constraints` reads) and as the plain list under ``constraints``
+    (what Optuna's constrained samplers write and optuna-dashboard reads for feasibility).
+    Headline metrics are also flat scalar attrs, so the dashboard can show and sort them."""
     for key, value in verdict.attrs.items():
         trial.set_user_attr(key, value)
+    for name, value in headline_metrics(verdict.attrs.get("metrics", {})).items():
+        trial.set_user_attr(name, value)
     for name, value in verdict.constraints.items():
         trial.set_constraint(name, value)
+    if verdict.constraints:
+        study._storage.set_trial_system_attr(trial._trial_id, "constraints", [float(v) for v in verdict.constraints.values()])
     if verdict.state == TrialState.COMPLETE:
         study.tell(trial, list(verdict.values or ()))
     else:
         study.tell(trial, state=verdict.state)
+
+
+HEADLINES = (
+    "load.output_tok_s", "load.output_tok_s_ci", "load.ttft_p99", "load.error_rate", "recall.effective_context",
+    "served.context", "capacity.context_per_request", "capacity.kv_tokens", "telemetry.tokens_per_joule",
+)
+
+
+def headline_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics a trials table sorts by, as flat scalars (optuna-dashboard cannot sort the nested ``metrics``)."""
+    return {name: float(metrics[name]) for name in HEADLINES if name in metrics}
 
 
 def record(
@@ -123,6 +144,7 @@ def record(
             attrs["telemetry"] = {key: sampled.details.get(key) for key in ("source", "trace", "windows")}
         attrs["capacity"] = outcome.capacity.to_dict()
         attrs["timings"] = outcome.timings.__dict__
+        attrs["launch"] = outcome.launch()
     if state == TrialState.COMPLETE and evaluation is not None:
         constraints = {str(c): v for c, v in zip(objective.constraints, evaluation.violations, strict=True)}
         tell(study, trial, Verdict(state, tuple(evaluation.values), {**constraints, STARTS: 0.0}, attrs))
@@ -366,11 +388,11 @@ class Driver:
                 break
         else:
             return False
-        copied = {key: done.user_attrs[key] for key in ("metrics", "capacity", "signature", "evidence") if key in done.user_attrs}
+        copied = {key: done.user_attrs[key] for key in ("metrics", "capacity", "signature", "evidence", "launch") if key in done.user_attrs}
         complete = done.state == TrialState.COMPLETE
         tell(self.study, trial, Verdict(
             TrialState.COMPLETE if complete else TrialState.PRUNED, tuple(done.values) if complete else None,
-            dict(done.constraints), {"duplicate_of": done.number, **copied},
+            named_constraints(done), {"duplicate_of": done.number, **copied},
         ))
         logger.info("trial %d not launched: same config as trial %d", trial.number, done.number)
         return True

@@ -1,15 +1,22 @@
 """Export a chosen trial as a serve config: shell command, YAML, systemd unit, JSON.
 
-The trial's params are replayed through the same engine adapter `tune run` used, so flags are
-rendered in exactly one place. Secrets never appear: environment values that are secrets are
-left out and named, with the EnvironmentFile a unit reads them from.
+What is exported is what ran: the argv, environment, engine version and memory cap recorded when
+the trial launched (the trial's ``launch`` attr; for studies older than that record, the trial's
+``outcome.json`` and ``command.txt`` in its run directory), with only the port replaced. The
+exporting machine's adapter is consulted only to say where it differs (another engine version,
+other flag spellings); a trial with no record at all is re-rendered here, and says so. Secrets
+never appear: environment values that are secrets are left out and named, with the
+EnvironmentFile a unit reads them from.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -17,14 +24,92 @@ import yaml
 
 from tuner import engines
 from tuner.engines import Command
-from tuner.limits import Limits, default_contexts, from_config
+from tuner.limits import Limits, default_contexts, from_config, measured
 from tuner.pick import Candidate
 from tuner.records import Capacity
 from tuner.space import SearchSpace
 
-__all__ = ["Export", "FORMATS", "build_export"]
+__all__ = ["Export", "FORMATS", "Launch", "build_export", "recorded_launch"]
 
 FORMATS = ("cmd", "yaml", "systemd", "json")
+PORT_FLAGS = ("--port",)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What one trial launched: argv (interpreter, pinning and flags as they ran), environment
+    additions (secrets as ``***``), the engine version measured there, the memory cap; ``source``
+    says where the record came from."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    engine_version: str | None = None
+    memory_cap: int | None = None
+    source: str = "study"
+
+
+def recorded_launch(trial: optuna.trial.FrozenTrial, run_dir: Path | None = None) -> Launch | None:
+    """The trial's launch record: its ``launch`` attr, else (older studies) the trial's
+    outcome.json and command.txt under ``run_dir``; None where neither exists."""
+    data = trial.user_attrs.get("launch")
+    if data:
+        return Launch(tuple(data["argv"]), dict(data.get("env") or {}), data.get("engine_version"), data.get("memory_cap"))
+    if run_dir is None:
+        return None
+    source = trial.user_attrs.get("duplicate_of", trial.number)
+    outcome = run_dir / "trials" / str(source) / "outcome.json"
+    if not outcome.is_file():
+        return None
+    data = json.loads(outcome.read_text())
+    env = dict(data.get("env") or {})
+    line = run_dir / "trials" / str(source) / "command.txt"
+    if not env and line.is_file():  # the shell line's leading NAME=value words
+        for word in shlex.split(line.read_text()):
+            if "=" not in word or word.startswith("-"):
+                break
+            name, value = word.split("=", 1)
+            env[name] = value
+    version = data.get("engine_version") or _version_in_log(run_dir / "trials" / str(source))
+    return Launch(tuple(data["argv"]), env, version, data.get("memory_cap"), source=str(outcome))
+
+
+_LOGGED_VERSION = re.compile(r"LLM engine \(v(\d[\w.+-]*)\)|vLLM API server version (\d[\w.+-]*)")
+
+
+def _version_in_log(trial_dir: Path) -> str | None:
+    """The engine version the server printed (vLLM: "Initializing a V1 LLM engine (v0.26.0)")."""
+    for name in ("server.log", "server.log.gz"):
+        path = trial_dir / name
+        if path.is_file():
+            text = gzip.decompress(path.read_bytes()).decode(errors="replace") if name.endswith(".gz") else path.read_text(errors="replace")
+            if found := _LOGGED_VERSION.search(text):
+                return found[1] or found[2]
+    return None
+
+
+def _with_port(argv: tuple[str, ...], port: int) -> tuple[str, ...]:
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg in PORT_FLAGS:
+            out[i + 1] = str(port)
+    return tuple(out)
+
+
+def _flags(argv: tuple[str, ...]) -> list[str]:
+    """The engine flags of an argv (after any taskset pinning and the executable), without host and ports."""
+    if argv[:1] == ("taskset",):
+        argv = argv[3:]
+    start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    words, skip = [], False
+    for i, word in enumerate(argv[start:]):
+        if skip:
+            skip = False
+            continue
+        if word in ("--host", "--port", "--nccl-port"):
+            skip = True
+            continue
+        words.append(word)
+    return words
 
 
 @dataclass(frozen=True)
@@ -37,15 +122,18 @@ class Export:
     limits: Limits
     engine_version: str | None
     metric_names: list[str]
+    memory_cap: int | None = None
+    notes: tuple[str, ...] = ()  # how the export relates to what ran (recorded, other version, re-rendered)
 
     @property
     def params(self) -> dict[str, Any]:
         return dict(self.candidate.trial.params)
 
     def warnings(self) -> list[str]:
-        notes = []
+        notes = list(self.notes)
         if not self.candidate.revalidated:
             notes.append(f"trial {self.candidate.number} was never re-validated (run `tune validate --study {self.study}`)")
+        notes += [w for w in self.limits.warnings() if "recall was verified" in w or "served" in w]
         if self.limits.queue_unbounded:
             notes.append("its queue is unbounded: under overload requests wait instead of being rejected")
         return notes
@@ -64,9 +152,14 @@ class Export:
     def _public_env(self) -> dict[str, str]:
         return {k: v for k, v in self.command.env.items() if k not in self.secret_env}
 
+    def _argv(self) -> list[str]:
+        """The recorded argv, under the memory cap it ran with (prlimit) where it had one."""
+        cap = ["prlimit", f"--as={self.memory_cap}", "--"] if self.memory_cap else []
+        return [*cap, *self.command.argv]
+
     def _cmd(self) -> str:
         env = [f"{k}={shlex.quote(v)}" for k, v in self._public_env().items()]
-        return " ".join([*env, *map(shlex.quote, self.command.argv)]) + "\n"
+        return " ".join([*env, *map(shlex.quote, self._argv())]) + "\n"
 
     def _yaml(self) -> str:
         flags = self.space.values(self.params)
@@ -75,6 +168,9 @@ class Export:
             "model": self.space.model.path,
             "flags": flags,
             "env": self._public_env(),
+            "argv": list(self.command.argv),
+            "engine_version": self.engine_version,
+            "memory_cap": self.memory_cap,
             "from": {"study": self.study, "trial": self.candidate.number},
         }
         if self.space.engine == "vllm":  # vLLM reads flags from `vllm serve --config FILE`
@@ -88,6 +184,7 @@ class Export:
                 "engine_version": self.engine_version,
                 "argv": list(self.command.argv),
                 "env": self._public_env(),
+                "memory_cap": self.memory_cap,
                 "secret_env": list(self.secret_env),
                 "params": self.params,
                 "study": self.study,
@@ -125,6 +222,7 @@ class Export:
             "[Service]",
             "Type=simple",
             *env_lines,
+            *([f"LimitAS={self.memory_cap}"] if self.memory_cap else []),
             "ExecStart=" + " ".join(_systemd_quote(a) for a in self.command.argv),
             "Restart=on-failure",
             "RestartSec=5",
@@ -146,14 +244,44 @@ def _systemd_quote(arg: str) -> str:
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def build_export(study: optuna.Study, space: SearchSpace, candidate: Candidate, *, port: int = 8000) -> Export:
+def build_export(
+    study: optuna.Study, space: SearchSpace, candidate: Candidate, *, port: int = 8000, run_dir: Path | None = None
+) -> Export:
+    """The chosen trial as it ran (see the module doc); ``run_dir`` holds older studies' records."""
     adapter = engines.get(space.engine)
     secret_names = (space.server.api_key_env,) if space.server.api_key_env else ()
-    command = adapter.command(candidate.trial.params, space=space, model_path=adapter.resolve_model(space.model.path), port=port)
-    secret_env = tuple(k for k in command.env if k in secret_names or _engine_secret(k))
+    here = adapter.command(candidate.trial.params, space=space, model_path=adapter.resolve_model(space.model.path), port=port)
+    launch = recorded_launch(candidate.trial, run_dir)
+    local_version = adapter.version()
+    notes: list[str] = []
+    if launch is None:
+        command, version, cap = here, local_version, space.server.memory_cap
+        notes.append(f"trial {candidate.number} has no launch record: its command was re-rendered by this machine's {space.engine} adapter")
+    else:
+        env = {k: v for k, v in launch.env.items() if "***" not in v}
+        command = Command(_with_port(launch.argv, port), env)
+        version, cap = launch.engine_version, launch.memory_cap
+        if launch.engine_version != local_version:
+            notes.append(
+                f"ran on {space.engine} {launch.engine_version or '(version not recorded)'}; this machine has "
+                f"{local_version or 'no ' + space.engine}: the export keeps the flags that ran"
+            )
+        ran, would = _flags(launch.argv), _flags(here.argv)
+        if ran != would:
+            only_ran = [w for w in ran if w.startswith("--") and w not in would]
+            only_here = [w for w in would if w.startswith("--") and w not in ran]
+            if only_ran or only_here:
+                notes.append(
+                    f"this machine's adapter would spell it differently ({', '.join(only_here) or 'nothing new'} instead of "
+                    f"{', '.join(only_ran) or 'nothing'}): the export keeps what ran"
+                )
+    secret_env = tuple(sorted({k for k in here.env if k in secret_names or _engine_secret(k)}
+                              | {k for k in command.env if _engine_secret(k)}
+                              | ({k for k, v in launch.env.items() if "***" in v} if launch else set())))
     capacity_data = candidate.trial.user_attrs.get("capacity")
     capacity = Capacity.from_dict(capacity_data) if capacity_data else None
-    limits = from_config(adapter.configured_limits(space.values(candidate.trial.params)), capacity)
+    checked = measured(candidate.trial.user_attrs.get("metrics", {}))
+    limits = from_config({**adapter.configured_limits(space.values(candidate.trial.params)), **checked}, capacity)
     return Export(
         study=study.study_name,
         candidate=candidate,
@@ -161,8 +289,10 @@ def build_export(study: optuna.Study, space: SearchSpace, candidate: Candidate, 
         command=command,
         secret_env=secret_env,
         limits=limits,
-        engine_version=adapter.version(),
+        engine_version=version,
         metric_names=list(study.metric_names or []),
+        memory_cap=cap,
+        notes=tuple(notes),
     )
 
 

@@ -24,7 +24,7 @@ from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
 from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, noise_floor
 
 __all__ = [
-    "Candidate", "candidates", "context_metric", "context_of", "feasible", "role_index", "stored_objectives", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
+    "Candidate", "candidates", "context_metric", "context_of", "feasible", "named_constraints", "role_index", "stored_objectives", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
     "describe_noise", "pick", "signs", "study_floor", "tied_with",
 ]
 
@@ -58,9 +58,17 @@ class Candidate:
         return text
 
 
+def named_constraints(trial: FrozenTrial) -> dict[str, float]:
+    """The trial's constraint values by name (without the list copy kept for optuna-dashboard,
+    which Optuna reads back as keys "0", "1", ...)."""
+    found = trial.constraints
+    named = {k: v for k, v in found.items() if not k.isdigit()}
+    return named or found
+
+
 def feasible(trial: FrozenTrial) -> bool:
     """Optuna's convention: every constraint value <= 0."""
-    return all(v <= 0 for v in trial.constraints.values())
+    return all(v <= 0 for v in named_constraints(trial).values())
 
 
 def candidates(study: optuna.Study) -> list[Candidate]:

@@ -78,6 +78,12 @@ class TrialOutcome:
     timings: Timings
     log_path: str | None = None
     engine_version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # what the launch added to the environment (secrets as ***)
+    memory_cap: int | None = None  # RLIMIT_AS the server ran under, bytes
+
+    def launch(self) -> dict[str, Any]:
+        """What was launched, as `tune export` replays it: argv, env, engine version, memory cap."""
+        return {"argv": list(self.argv), "env": dict(self.env), "engine_version": self.engine_version, "memory_cap": self.memory_cap}
 
     def metrics(self) -> dict[str, float]:
         """All probe metrics as ``"<probe>.<metric>"``, plus ``capacity.*``."""
@@ -97,6 +103,8 @@ class TrialOutcome:
             "timings": asdict(self.timings),
             "log_path": self.log_path,
             "engine_version": self.engine_version,
+            "env": self.env,
+            "memory_cap": self.memory_cap,
             "metrics": self.metrics(),
         }
 
@@ -110,4 +118,6 @@ class TrialOutcome:
             timings=Timings(**data["timings"]),
             log_path=data.get("log_path"),
             engine_version=data.get("engine_version"),
+            env=data.get("env") or {},
+            memory_cap=data.get("memory_cap"),
         )

@@ -142,6 +142,8 @@ def run_trial(
         timings=Timings(served.startup_s, probe_s, served.server.teardown_s, served.started_at, time.time()),
         log_path=str(served.server.log_path),
         engine_version=adapter.version(),
+        env={k: command.redact(v) for k, v in command.env.items()},
+        memory_cap=space.server.memory_cap,
     )
     write_json(trial_dir / "outcome.json", outcome.to_dict())
     return outcome

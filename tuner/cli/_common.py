@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import optuna
 import typer
@@ -17,6 +18,32 @@ __all__ = ["echo", "open_existing", "progress_bar", "set_verbosity", "stored_spa
 
 def echo(text: str = "") -> None:
     typer.echo(text)
+
+
+def echo_table(rows: list[dict[str, object]], *, floats: str = "{:,.1f}") -> None:
+    """Rows as a rich table: plain text when piped or with NO_COLOR (rich's own rules), never
+    wrapped or cut to a terminal width it does not have."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name in columns:
+        numeric = all(isinstance(r.get(name), (int, float)) or r.get(name) is None for r in rows)
+        table.add_column(name, justify="right" if numeric else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(_cell(row.get(name), floats) for name in columns))
+    console = Console(width=None if sys.stdout.isatty() else 100_000, soft_wrap=True, highlight=False)
+    console.print(table)
+
+
+def _cell(value: object, floats: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float):
+        return floats.format(value)
+    return str(value)
 
 
 def set_verbosity(verbose: int) -> None:
@@ -52,6 +79,19 @@ def open_existing(study: str, storage: str | None) -> optuna.Study:
     if study not in names:
         raise ConfigError(f"study {study!r} not found in {url} (it holds: {', '.join(names) or 'nothing'})")
     return optuna.load_study(study_name=study, storage=url)
+
+
+def run_dir_of(study: str, storage: str | None) -> Path | None:
+    """Where a study's trial directories are: beside its SQLite file (runs/<study>/ by default);
+    None for other storages (their trials carry their launch records themselves)."""
+    if storage and "=" in storage.split("://")[0]:
+        study, storage = storage.split("=", 1)
+    if storage is None:
+        return RunDir.for_study(study).root
+    if storage.startswith("sqlite:///"):
+        path = storage[len("sqlite:///"):].split("?", 1)[0]
+        return Path(path.removeprefix("file:")).parent
+    return None
 
 
 def stored_space(study: optuna.Study) -> SearchSpace:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from tuner.cli._common import echo, open_existing, stored_space
+from tuner.cli._common import echo, open_existing, run_dir_of, stored_space
 from tuner.report import build_report
 
 
@@ -17,7 +17,7 @@ def report(
 ) -> None:
     """Trials by state, time split, failures by signature, the front, the chosen config."""
     the_study = open_existing(study, storage)
-    result = build_report(the_study, stored_space(the_study))
+    result = build_report(the_study, stored_space(the_study), run_dir=run_dir_of(study, storage))
     prefix = out or Path("runs") / study / "report"
     prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.with_suffix(".html").write_text(result.html)

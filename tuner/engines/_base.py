@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -9,6 +11,7 @@ import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tuner.engines._signatures import Signature, SignatureMatch, classify
@@ -53,6 +56,28 @@ class Command:
         """A correctly quoted shell line (env first), secrets redacted."""
         env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
         return self.redact(" ".join([*env, *map(shlex.quote, self.argv)]))
+
+
+def package_version(package: str, *version_files: str) -> str | None:
+    """An installed package's version: its metadata, else (a package laid out on PYTHONPATH
+    without metadata, as the offline GPU host has it) the ``__version__`` in its version file,
+    read without importing the package."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for name in version_files:
+            path = Path(folder) / name
+            if path.is_file():
+                found = re.search(r"""__version__\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", path.read_text(errors="replace"))
+                if found:
+                    return found[1]
+    return None
 
 
 def render_flag(name: str, value: Any) -> list[str]:

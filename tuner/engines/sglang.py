@@ -3,7 +3,6 @@ managers/scheduler.py, mem_cache/memory_pool.py, model_executor/pool_configurato
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import sys
 from collections.abc import Mapping
@@ -11,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from tuner.engines._base import EngineAdapter, hub_or_local_problem
+from tuner.engines._base import EngineAdapter, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._signatures import Category, Signature
 from tuner.records import Capacity
@@ -74,10 +73,7 @@ class SglangAdapter(EngineAdapter):
         return [sys.executable, "-m", "sglang.launch_server"]
 
     def version(self) -> str | None:
-        try:
-            return importlib.metadata.version("sglang")
-        except importlib.metadata.PackageNotFoundError:
-            return None
+        return package_version("sglang", "version.py")
 
     def render_flags(self, flags: Mapping[str, Any]) -> list[str]:
         version = self.version()

@@ -4,7 +4,6 @@ whose root cause is logged above it, so that signature has the lowest priority."
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
 import sys
@@ -13,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tuner.engines._base import EngineAdapter, hub_or_local_problem
+from tuner.engines._base import EngineAdapter, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._openai import completion_works, metric_labels
 from tuner.engines._signatures import Category, Signature
@@ -85,10 +84,7 @@ class VllmAdapter(EngineAdapter):
         return [model_path]
 
     def version(self) -> str | None:
-        try:
-            return importlib.metadata.version("vllm")
-        except importlib.metadata.PackageNotFoundError:
-            return None
+        return package_version("vllm", "_version.py", "version.py")
 
     def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
         compilation = flags.get("compilation-config") or {}
