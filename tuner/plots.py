@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tuner.pareto import StudyFront
 
-__all__ = ["front_html", "front_png"]
+__all__ = ["concurrency_html", "front_html", "front_png", "importance_html", "power_html", "timeline_html"]
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
 
@@ -90,3 +90,66 @@ def power_html(study_trials: list, *, full_html: bool = False) -> str:  # noqa: 
     fig.update_layout(title="power during the probes (dotted: each load level's window, its mean)", xaxis_title="seconds",
                       yaxis_title="W (partition)", template="plotly_white")
     return fig.to_html(include_plotlyjs=False, full_html=full_html, div_id="power")
+
+
+def timeline_html(study_trials: list) -> str:  # noqa: ANN001 - FrozenTrials
+    """Each trial as a bar on its partition's row, start to end, colored by state: launches,
+    failures and the gaps where a partition sat idle."""
+    import plotly.graph_objects as go
+
+    colors = {"COMPLETE": "#2ca02c", "PRUNED": "#ff7f0e", "FAIL": "#d62728", "RUNNING": "#1f77b4"}
+    rows: dict[str, list] = {}
+    for t in study_trials:
+        if t.datetime_start is None:
+            continue
+        end = t.datetime_complete or t.datetime_start
+        partition = "gpu/cpu " + ",".join(map(str, t.user_attrs.get("partition", []))) if t.user_attrs.get("partition") else "not launched"
+        rows.setdefault(t.state.name, []).append((partition, t.datetime_start, end, t))
+    fig = go.Figure()
+    for state, items in rows.items():
+        fig.add_trace(go.Bar(
+            y=[p for p, *_ in items], base=[s.isoformat() for _, s, _, _ in items],
+            x=[max((e - s).total_seconds() * 1000, 500) for _, s, e, _ in items], orientation="h", name=state,
+            marker={"color": colors.get(state, "#7f7f7f")}, text=[f"#{t.number}" for *_, t in items], textposition="inside",
+            hovertext=[f"trial {t.number} {state} {(e - s).total_seconds():.0f}s {t.user_attrs.get('signature') or ''}" for _, s, e, t in items],
+            hoverinfo="text",
+        ))
+    fig.update_layout(title="trials over time by partition (gaps: the partition was idle)", barmode="overlay",
+                      xaxis={"type": "date"}, yaxis_title="partition", template="plotly_white", height=260 + 30 * len({p for v in rows.values() for p, *_ in v}))
+    return fig.to_html(include_plotlyjs=False, full_html=False, div_id="timeline")
+
+
+def concurrency_html(study_trials: list, metric: str = "load.output_tok_s") -> str:  # noqa: ANN001 - FrozenTrials
+    """Throughput against concurrency, one line per measured trial (``metric@C`` of each level)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for t in study_trials:
+        metrics = t.user_attrs.get("metrics", {})
+        levels = sorted(int(k.rsplit("@", 1)[1]) for k in metrics if k.startswith(f"{metric}@") and k.rsplit("@", 1)[1].isdigit())
+        if levels:
+            fig.add_trace(go.Scatter(x=levels, y=[metrics[f"{metric}@{c}"] for c in levels], mode="lines+markers",
+                                     name=f"trial {t.number}", hovertext=str(t.params), hoverinfo="text+x+y"))
+    fig.update_layout(title=f"{metric} vs concurrency, per trial", xaxis_title="concurrency", yaxis_title=metric,
+                      template="plotly_white")
+    return fig.to_html(include_plotlyjs=False, full_html=False, div_id="concurrency")
+
+
+def importance_html(study, target_index: int, target_name: str) -> str | None:  # noqa: ANN001 - optuna.Study
+    """Optuna's own parameter-importance plot for one objective; None while it cannot be computed."""
+    import warnings
+
+    import optuna
+
+    # Optuna's default evaluator (PED-ANOVA) rates what it takes to get a LOW target: a maximized
+    # objective is handed over negated (it warns about exactly this, every time: silenced)
+    sign = -1.0 if study.directions[target_index] == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fig = optuna.visualization.plot_param_importances(
+                study, target=lambda t: sign * t.values[target_index], target_name=f"{target_name} (importance for a better value)"
+            )
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return None
+    return fig.to_html(include_plotlyjs=False, full_html=False, div_id="importance")

@@ -5,6 +5,7 @@ the front, the chosen config and its limits table."""
 from __future__ import annotations
 
 import html
+from pathlib import Path
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -14,8 +15,8 @@ from tuner.exceptions import ConfigError
 from tuner.export import build_export
 from tuner.limits import default_contexts
 from tuner.pareto import fronts
-from tuner.pick import context_metric, describe_noise, objective_metrics, pick, role_index
-from tuner.plots import front_html, power_html
+from tuner.pick import candidates, context_metric, describe_noise, feasible, objective_metrics, pick, role_index
+from tuner.plots import concurrency_html, front_html, importance_html, power_html, timeline_html
 from tuner.space import SearchSpace
 
 __all__ = ["Report", "build_report"]
@@ -60,7 +61,7 @@ def _telemetry_rows(study: optuna.Study) -> list[str]:
     return rows
 
 
-def build_report(study: optuna.Study, space: SearchSpace) -> Report:
+def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | None = None) -> Report:
     name = study.study_name
     states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
     metric_names = study.metric_names or []
@@ -69,7 +70,7 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
     x = context_metric(study)
     the_fronts = fronts({name: study}, x, y)
     try:
-        chosen = build_export(study, space, pick(study, "knee"))
+        chosen = build_export(study, space, pick(study, "knee"), run_dir=run_dir)
     except ConfigError:
         chosen = None
     split = _time_split(study)
@@ -89,6 +90,8 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
     for f in the_fronts:
         md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | `{p.params}` |" for p in f.front]
         md += ["", f"hypervolume {f.hypervolume:,.1f} (reference 0, 0)", ""]
+    md += ["## Trials", "", *_trials_rows(study, metric_names), ""]
+    md += ["## Re-validation on fresh servers (means, 95 % CI)", "", *_revalidation_rows(study), ""]
     md += ["## Noise", "", *describe_noise(study), ""]
     md += ["## Power and energy (at the target concurrency)", "", *_telemetry_rows(study), ""]
     md += ["## Chosen config (knee of the front)", ""]
@@ -101,9 +104,15 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
         md += [f"- warning: {w}" for w in chosen.warnings()]
     markdown = "\n".join(md) + "\n"
 
-    plot = front_html(the_fronts, x, y, full_html=False)
-    measured = [t for t in study.get_trials(deepcopy=False) if (t.user_attrs.get("telemetry") or {}).get("trace")]
-    power = "<h2>Power per trial</h2>" + power_html(measured) if measured else ""
+    plot = front_html(the_fronts, x, y, full_html=False)  # carries plotly.js once; the other plots reuse it
+    everything = study.get_trials(deepcopy=False)
+    measured = [t for t in everything if (t.user_attrs.get("telemetry") or {}).get("trace")]
+    plots = [("Timeline", timeline_html(everything)), ("Throughput vs concurrency", concurrency_html(everything, y.split("@")[0]))]
+    importance = importance_html(study, throughput or 0, y) if metric_names else None
+    plots.append(("Parameter importance (Optuna)", importance or "<p>not computable yet (needs two or more complete trials that differ)</p>"))
+    if measured:
+        plots.append(("Power per trial", power_html(measured)))
+    power = "".join(f"<h2>{html.escape(title)}</h2>{div}" for title, div in plots)
     body = _markdown_to_html(markdown)
     page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
@@ -113,6 +122,36 @@ def build_report(study: optuna.Study, space: SearchSpace) -> Report:
         f"</head><body>{body}<h2>Front (interactive)</h2>{plot}{power}</body></html>"
     )
     return Report(page, markdown)
+
+
+def _trials_rows(study: optuna.Study, names: list[str]) -> list[str]:
+    """Every trial: state, params, headline metrics, feasibility, failure, partition, start and end."""
+    shown = [*names, *(m for m in ("load.ttft_p99", "capacity.context_per_request") if m not in names)]
+    head = ["trial", "state", "params", *shown, "feasible", "failure", "partition", "start", "end"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for t in study.get_trials(deepcopy=False):
+        m = t.user_attrs.get("metrics", {})
+        cells = [f"{m[k]:,.2f}" if k in m else "-" for k in shown]
+        params = ", ".join(f"{k}={v}" for k, v in t.params.items())
+        when = [d.strftime("%Y-%m-%d %H:%M:%S") if d else "-" for d in (t.datetime_start, t.datetime_complete)]
+        failure = t.user_attrs.get("signature") or t.user_attrs.get("invalid_combination") or (t.user_attrs.get("error") or "")[:60]
+        ok = "-" if t.state.name != "COMPLETE" else ("yes" if feasible(t) else "no")
+        partition = ",".join(map(str, t.user_attrs.get("partition", []))) or "-"
+        rows.append("| " + " | ".join([str(t.number), t.state.name, params.replace("|", "/"), *cells, ok, failure.replace("|", "/") or "-", partition, *when]) + " |")
+    return rows
+
+
+def _revalidation_rows(study: optuna.Study) -> list[str]:
+    """Trials measured on more than one fresh server: the mean of each objective with its 95 % half-width."""
+    names = objective_metrics(study)
+    again = [c for c in candidates(study) if c.runs > 1]
+    if not again:
+        return ["none yet (`tune validate`, or `remeasure` in the space, re-measures the front on fresh servers)"]
+    rows = ["| trial | runs | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for c in again:
+        cells = [f"{v:,.1f} +- {hw:,.1f}" for v, hw in zip(c.values, c.half_widths or [0.0] * len(c.values), strict=True)]
+        rows.append(f"| {c.number} | {c.runs} | " + " | ".join(cells) + " |")
+    return rows
 
 
 def _markdown_to_html(text: str) -> str:

@@ -4,35 +4,25 @@ from __future__ import annotations
 
 import re
 
+from pydantic import ByteSize, TypeAdapter, ValidationError
+
 __all__ = ["parse_bytes", "parse_duration", "format_duration"]
 
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_SIZE_FACTORS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
+_BYTES = TypeAdapter(ByteSize)
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_FACTORS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_bytes(value: str | int | float) -> int:
-    """``"1.5GiB"`` -> 1610612736. Plain numbers are bytes."""
+    """``"1.5GiB"`` -> 1610612736 (pydantic's ByteSize: KB = 1000, KiB = 1024). Plain numbers are bytes."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"size must be >= 0, got {value}")
         return int(value)
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"not a size: {value!r} (use e.g. 512MiB, 2GiB, 1.5GB)")
-    number, unit = match.groups()
-    return int(float(number) * _SIZE_FACTORS[(unit or "b").lower()])
+    try:
+        return int(_BYTES.validate_python(str(value).strip()))
+    except ValidationError:
+        raise ValueError(f"not a size: {value!r} (use e.g. 512MiB, 2GiB, 1.5GB)") from None
 
 
 def parse_duration(value: str | int | float) -> float:

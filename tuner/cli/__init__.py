@@ -7,6 +7,11 @@ import sys
 
 import typer
 
+try:  # Typer >= 0.20 vendors Click and raises its own copies of Click's exceptions
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older Typer on top of Click
+    from click import exceptions as click_errors
+
 from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
 from tuner.cli._common import storage_error_text
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
@@ -36,7 +41,20 @@ def main() -> None:
     """Entry point: one-line errors, exit 2 for bad input, 3 for provisioning, 1 otherwise."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        app()
+        code = app(standalone_mode=False)  # Click's usage errors come here: one plain line, never a box
+    except click_errors.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except click_errors.UsageError as exc:
+        where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        typer.echo(f"error: {exc.format_message()}{where}", err=True)
+        sys.exit(2)
+    except click_errors.ClickException as exc:
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -60,6 +78,8 @@ def main() -> None:
         logging.getLogger(__name__).debug("", exc_info=exc)
         typer.echo(f"error: the study storage failed: {storage_error_text(exc)}", err=True)
         sys.exit(1)
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 def _is_storage_error(exc: BaseException) -> bool:

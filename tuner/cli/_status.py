@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import optuna
-import pandas as pd
 import typer
 
-from tuner.cli._common import echo, open_existing
+from tuner.cli._common import echo, echo_table, open_existing
 from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.table import trials_frame
 
@@ -28,8 +27,7 @@ def print_table(study: optuna.Study) -> None:
     for column in [c for c in shown.columns if c.startswith("param.")]:
         shown[column] = shown[column].map(lambda v: "" if v is None or v != v else str(v))  # as proposed, unrounded
     shown.columns = [c.removeprefix("param.") for c in shown.columns]
-    with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
-        echo(shown.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    echo_table(shown.astype(object).where(shown.notna(), None).to_dict("records"))
     counts = frame["state"].value_counts().to_dict()
     echo(f"\ntrials by state: {counts}")
     print_noise(study)

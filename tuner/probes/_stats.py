@@ -1,21 +1,17 @@
-"""Percentiles without numpy: linear interpolation between closest ranks (numpy's default)."""
+"""Percentiles: numpy's (linear interpolation between closest ranks); None for no samples."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 __all__ = ["percentiles"]
 
 
 def percentiles(values: Sequence[float], pcts: Iterable[int]) -> dict[int, float | None]:
-    ordered = sorted(values)
-    return {p: _interpolate(ordered, p) for p in pcts}
-
-
-def _interpolate(ordered: list[float], pct: float) -> float | None:
-    if not ordered:
-        return None
-    rank = (len(ordered) - 1) * pct / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    pcts = list(pcts)
+    if not len(values):
+        return {p: None for p in pcts}
+    found = np.percentile(np.asarray(values, dtype=float), pcts)
+    return {p: float(v) for p, v in zip(pcts, found, strict=True)}
