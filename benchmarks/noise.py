@@ -20,8 +20,8 @@ import argparse
 import json
 import statistics
 import sys
+import multiprocessing
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -105,20 +105,22 @@ def _measure_beside(probe: LoadProbe, main: Any, other: Any, parts: list, *, bus
         with pinned(parts[0].client_cpus):
             return level(probe.run(main.handle))
     spec = probe.spec
-    # The neighbour's level outlasts ours: its warmup, then at least our longest window.
-    busy_probe = LoadProbe(spec.model_copy(update={"duration": spec.max_duration + 30, "max_duration": spec.max_duration + 30}))
-
-    def load() -> None:
-        with pinned(parts[1].client_cpus):
-            busy_probe.run(other.handle)
-
-    thread = threading.Thread(target=load, daemon=True)
-    thread.start()
+    # The neighbour's level outlasts ours: its warmup, then at least our longest window. Its load
+    # client is a process of its own, as in `tune run` (one Ray worker per partition): a thread
+    # here would share this interpreter's GIL with the client being measured.
+    busy_spec = spec.model_copy(update={"duration": spec.max_duration + 30, "max_duration": spec.max_duration + 30})
+    neighbour = multiprocessing.get_context("spawn").Process(target=_busy, args=(busy_spec, other.handle, parts[1].client_cpus), daemon=True)
+    neighbour.start()
     time.sleep(min(20.0, spec.duration))  # the neighbour's ramp is behind us
     with pinned(parts[0].client_cpus):
         row = level(probe.run(main.handle))
-    thread.join()
+    neighbour.join()
     return row
+
+
+def _busy(spec: Any, handle: Any, cpus: tuple[int, ...]) -> None:
+    with pinned(cpus):
+        LoadProbe(spec).run(handle)
 
 
 def _size(space: spaces.SearchSpace, params: dict) -> int:

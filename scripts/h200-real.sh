@@ -28,7 +28,7 @@ if [ "$what" = kv ] || [ "$what" = all ]; then
 fi
 if [ "$what" = tune ] || [ "$what" = all ]; then
   study=h200-$engine-smollm2
-  python3 -m tuner run --space "$space" --study "$study"
+  python3 -m tuner run --space "$space" --study "$study" --timeout ${TUNE_TIMEOUT:-510s}
   echo "tune exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner status --study "$study" | tail -30
   python3 -m tuner pareto --study "$study" --out "$out/$study-pareto" | tail -20

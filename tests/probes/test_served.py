@@ -25,10 +25,14 @@ def test_full_context_at_concurrency_is_served_and_a_larger_claim_fails(tmp_path
         result = ServedContextProbe(ServedContextProbeSpec(output_tokens=8), default_concurrency=2).run(real)
         claimed = replace(real, capacity=replace(real.capacity, context_per_request=1024))  # more than a slot holds
         refused = ServedContextProbe(ServedContextProbeSpec(output_tokens=8, concurrency=2)).run(claimed)
+        edge = replace(real, capacity=replace(real.capacity, context_per_request=515))  # the prompt fits, the output not
+        cut = ServedContextProbe(ServedContextProbeSpec(output_tokens=8, concurrency=2)).run(edge)
     assert result.metrics["ok"] == 1.0 and result.metrics["context"] == 512 and result.metrics["requests"] == 2
-    assert result.details["prompt_tokens_seen"] == [512 - 8], result.details  # exactly context - output
+    assert result.details["prompt_tokens_seen"] == [512 - 8] and result.metrics["truncated"] == 0, result.details  # exactly context - output
     assert refused.metrics["ok"] == 0.0 and refused.metrics["context"] == 0 and refused.metrics["errors"] == 2
     assert "HTTP 400" in refused.details["first_error"], refused.details
+    # llama.cpp ends the output where the slot is full: what it served is the slot, not the claim
+    assert cut.metrics["ok"] == 1.0 and cut.metrics["truncated"] == 2 and cut.metrics["context"] == 512, cut.metrics
 
 
 def test_the_served_probe_defaults_to_the_load_target() -> None:

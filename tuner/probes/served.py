@@ -4,8 +4,10 @@ A config's context is only a promise until requests that fill it are served side
 seeds' failure class is a buffer sized by the maximum context that allocates (and OOMs) only when
 long requests arrive, long after the server said it was ready. ``concurrency`` requests whose
 prompts (fresh, exact length) fill the per-request context minus ``output_tokens`` are sent at
-once; every one must complete. ``served.context`` is the per-request context they proved (0 when
-any failed), ``served.ok`` 1 or 0 for a constraint."""
+once; every one must complete. ``served.context`` is the context they proved: the fewest tokens
+(prompt + output) any of them got (0 when any failed), which is below the configured context where
+the engine cut outputs short to fit it (``truncated``: SGLang 0.5.17 gives one token less than the
+``context_len`` it reports); ``served.ok`` 1 or 0 for a constraint."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ class ServedContextProbe(Probe):
 
     @classmethod
     def metric_names(cls, spec: ServedContextProbeSpec) -> set[str]:
-        return {"context", "ok", "requests", "errors", "prompt_tokens", "seconds", "ttft_max"}
+        return {"context", "ok", "requests", "errors", "truncated", "prompt_tokens", "seconds", "ttft_max"}
 
     def run(self, server: ServerHandle) -> ProbeResult:
         return asyncio.run(self._run(server))
@@ -71,15 +73,18 @@ class ServedContextProbe(Probe):
             began = time.perf_counter()
             records = await asyncio.gather(*(stream_request(client, url, {**body, "prompt": maker.make(i)}, server.headers) for i in range(n)))
             seconds = time.perf_counter() - began
-        failed = [r for r in records if not r.ok or (r.completion_tokens is not None and r.completion_tokens < out)]
+        failed = [r for r in records if not r.ok]
+        short = [r for r in records if r.ok and r.completion_tokens is not None and r.completion_tokens < out]
         sent = sorted({r.prompt_tokens for r in records if r.prompt_tokens is not None})
         ok = not failed and bool(records)
-        logger.info("served context %d x %d tokens: %s in %.1fs", n, limit, "ok" if ok else f"{len(failed)} failed", seconds)
+        served = min(((r.prompt_tokens or asked) + (r.completion_tokens if r.completion_tokens is not None else out) for r in records), default=0)
+        logger.info("served context %d x %d tokens: %s in %.1fs", n, limit, f"ok, {served} each" if ok else f"{len(failed)} failed", seconds)
         metrics = {
-            "context": float(limit if ok else 0),
+            "context": float(served if ok else 0),
             "ok": float(ok),
             "requests": float(n),
             "errors": float(len(failed)),
+            "truncated": float(len(short)),
             "prompt_tokens": float(sent[-1]) if sent else 0.0,
             "seconds": seconds,
             "ttft_max": max((r.ttft for r in records if r.ttft is not None), default=0.0),
@@ -88,6 +93,7 @@ class ServedContextProbe(Probe):
             "context_limit": limit,
             "asked_prompt_tokens": asked,
             "prompt_tokens_seen": sent,
-            "first_error": failed[0].error or f"{failed[0].completion_tokens} of {out} output tokens" if failed else None,
+            "first_error": failed[0].error if failed else None,
+            "output_tokens_min": min((r.completion_tokens for r in records if r.completion_tokens is not None), default=None),
         }
         return ProbeResult(self.name, metrics, details)
