@@ -138,3 +138,38 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     study = open_study(space, objective, name="real", storage=run_dir.db_url, source="real.yaml")
     Driver(space, study, objective, run_dir, InlineExecutor(), trials=3).run()
     return study, run_dir, space
+
+
+@pytest.fixture(scope="session")
+def postgres() -> str:
+    """A real PostgreSQL server for the session (initdb/pg_ctl from the distribution's packages,
+    in a temp dir, on a free port of 127.0.0.1; as the postgres user when run as root, which
+    initdb refuses). Yields an Optuna storage URL."""
+    import glob
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from tuner.partitions import free_port
+
+    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
+    if found is None:
+        pytest.skip("needs PostgreSQL's initdb and pg_ctl (.ci/run installs Debian's postgresql)")
+    bin_dir = Path(found).resolve().parent
+    root = Path(tempfile.mkdtemp(prefix="tuner-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data, port = root / "data", free_port("127.0.0.1", 35500, 400)
+    run = lambda *argv: subprocess.run([*as_user, *argv], check=True, capture_output=True, text=True)  # noqa: E731
+    run(str(bin_dir / "initdb"), "-D", str(data), "-U", "tuner", "--auth=trust", "-E", "UTF8")
+    run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-o",
+        f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start")
+    try:
+        run(str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "tuner", "tuner")
+        yield f"postgresql+psycopg://tuner@127.0.0.1:{port}/tuner"
+    finally:
+        subprocess.run([*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)

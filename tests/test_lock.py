@@ -61,3 +61,47 @@ def test_a_shared_storage_lease_refuses_another_host_until_it_goes_stale(tmp_pat
 
 def _lease(study: optuna.Study) -> dict | None:
     return study._storage.get_study_system_attrs(study._study_id).get(LEASE_ATTR)
+
+
+@pytest.mark.integration
+def test_a_study_on_postgresql_is_shared_by_two_drivers_and_locked_across_machines(postgres: str, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    """Two drivers (two machines: each its own runs/ and lock file) on one study in a real
+    PostgreSQL: while one runs, the other is refused by the lease in the storage, naming it;
+    afterwards the second sees the first's trial and the budget counts it."""
+    from tests.conftest import tiny_space
+    from tuner import objectives
+    from tuner.artifacts import RunDir
+    from tuner.driver import Driver
+    from tuner.executors import InlineExecutor
+    from tuner.space import validate
+    from tuner.study import open_study
+
+    raw = tiny_space(name="shared")
+    raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
+    raw["enqueue"] = [{"parallel": 1}, {"parallel": 2}]
+    space = validate(raw, "shared.yaml")
+    objective = objectives.load(space.objectives)
+    machines = {}
+    for host in ("node-a", "node-b"):
+        run_dir = RunDir(tmp_path / host / "shared")
+        run_dir.root.mkdir(parents=True)
+        lock = StudyLock(run_dir.root / "run.lock", "shared")
+        lock.holder["host"] = host  # the second driver runs on another machine
+        machines[host] = (run_dir, lock)
+    (dir_a, lock_a), (dir_b, lock_b) = machines.values()
+    with lock_a:
+        study_a = open_study(space, objective, name="shared", storage=postgres, source="shared.yaml")
+        lock_a.lease(study_a)
+        with lock_b:  # its own flock (another machine's file): only the storage can refuse it
+            study_b = open_study(space, objective, name="shared", storage=postgres, source="shared.yaml")
+            with pytest.raises(StudyLocked, match=rf"pid \d+ on node-a since .*heartbeat in the study storage"):
+                lock_b.lease(study_b)
+        Driver(space, study_a, objective, dir_a, InlineExecutor(), trials=1).run()
+    with lock_b:
+        study_b = open_study(space, objective, name="shared", storage=postgres, source="shared.yaml")
+        lock_b.lease(study_b)
+        assert [t.state.name for t in study_b.get_trials()] == ["COMPLETE", "WAITING"]  # node-a's trial and the queue, seen from node-b
+        Driver(space, study_b, objective, dir_b, InlineExecutor(), trials=2).run()
+    trials = optuna.load_study(study_name="shared", storage=postgres).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"] and [t.params for t in trials] == [{"parallel": 1}, {"parallel": 2}]
+    assert (dir_a.trial(0) / "outcome.json").is_file() and (dir_b.trial(1) / "outcome.json").is_file()

@@ -145,6 +145,8 @@ def record(
         attrs["capacity"] = outcome.capacity.to_dict()
         attrs["timings"] = outcome.timings.__dict__
         attrs["launch"] = outcome.launch()
+        if outcome.node:
+            attrs["node"] = outcome.node
     if state == TrialState.COMPLETE and evaluation is not None:
         constraints = {str(c): v for c, v in zip(objective.constraints, evaluation.violations, strict=True)}
         tell(study, trial, Verdict(state, tuple(evaluation.values), {**constraints, STARTS: 0.0}, attrs))

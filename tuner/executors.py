@@ -2,7 +2,13 @@
 
 - :class:`RayExecutor` (default): each trial is a Ray task holding its partition's devices as
   custom resources (``tuner_device_<id>``) on a local Ray started and stopped here (dashboard
-  off), or an existing cluster (``--ray-address``) where GPU trials ask Ray for ``num_gpus``.
+  off), or an existing cluster (``--ray-address``). On a cluster, a node that owns devices
+  advertises them (``ray start --resources '{"tuner_device_0": 1, ...}'``), so each trial runs on
+  the node that holds its partition (without such resources GPU trials ask Ray for ``num_gpus``).
+  There the trial writes into a node-local directory whose files travel back to the driver's
+  runs/ with the result, records its server in that node's own ledger, and checks that node's
+  GPUs for foreign holders; every node's ledger is swept when an executor connects, so a crashed
+  driver's rerun stops orphans on every node.
 - :class:`InlineExecutor`: one trial at a time in the calling thread (tests, debugging).
 
 Workers return plain records; only the driver talks to Optuna.
@@ -10,12 +16,17 @@ Workers return plain records; only the driver talks to Optuna.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import shutil
+import socket
+import tempfile
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
 
+from tuner.artifacts import write_json
 from tuner.ledger import Ledger
 from tuner.partitions import Partition
 from tuner.records import TrialOutcome
@@ -65,8 +76,30 @@ class InlineExecutor:
         pass
 
 
-def _remote_trial(space: dict[str, Any], params: dict[str, Any], trial_dir: str, partition: Partition, ledger: str | None) -> tuple[str, Any]:
-    """Body of the Ray task. Errors travel back as values (our exceptions pickle with evidence)."""
+MAX_SHIPPED_FILE = 64 * 2**20  # a file bigger than this stays on its node (its path is noted)
+
+
+def node_ledger(key: str) -> Ledger:
+    """This node's ledger of the servers it started for the study ``key`` (cluster mode)."""
+    import ray
+
+    base = Path(os.environ.get("TUNER_NODE_LEDGERS", Path(tempfile.gettempdir()) / "tuner-ledgers"))
+    return Ledger(base / key / ray.get_runtime_context().get_node_id())
+
+
+def _where() -> str:
+    import ray
+
+    return f"{socket.gethostname()} (ray node {ray.get_runtime_context().get_node_id()[:12]})"
+
+
+def _remote_trial(
+    space: dict[str, Any], params: dict[str, Any], trial_dir: str, partition: Partition, ledger: str | None, node_key: str | None = None
+) -> tuple[str, Any, dict[str, bytes] | None]:
+    """Body of the Ray task. Errors travel back as values (our exceptions pickle with evidence).
+
+    With ``node_key`` (a cluster) the trial runs in a node-local directory whose files are
+    returned for the driver to write into ``trial_dir``; its server goes in this node's ledger."""
     import logging as _logging
     import signal as _signal
 
@@ -76,20 +109,59 @@ def _remote_trial(space: dict[str, Any], params: dict[str, Any], trial_dir: str,
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     except ValueError:
         pass  # not the worker's main thread: Ray cancels it another way
+    local = Path(tempfile.mkdtemp(prefix="tuner-trial-")) if node_key else Path(trial_dir)
+    book = node_ledger(node_key) if node_key else (Ledger(Path(ledger)) if ledger else None)
     try:
-        outcome = run_trial(
-            SearchSpace.model_validate(space), params, Path(trial_dir), partition, ledger=Ledger(Path(ledger)) if ledger else None
-        )
-        return "ok", outcome
+        if node_key:
+            _refuse_held(partition)
+        outcome = run_trial(SearchSpace.model_validate(space), params, local, partition, ledger=book)
+        if node_key:
+            outcome = dataclasses.replace(outcome, node=_where(), log_path=str(Path(trial_dir) / "server.log"))
+            write_json(local / "outcome.json", outcome.to_dict())
+        return "ok", outcome, _collect(local) if node_key else None
     except Exception as exc:  # noqa: BLE001 - classified by the driver
-        return "error", exc
+        return "error", exc, _collect(local) if node_key else None
+    finally:
+        if node_key:
+            shutil.rmtree(local, ignore_errors=True)
+
+
+def _refuse_held(partition: Partition) -> None:
+    """GPU hygiene on the node that runs the trial: a foreign holder of its GPUs is named."""
+    if partition.kind != "gpu":
+        return
+    from tuner.devices import GpuHygiene
+    from tuner.exceptions import InfrastructureError
+
+    hygiene = GpuHygiene(list(partition.devices))
+    if hygiene.available and (holders := hygiene.held(partition.devices)):
+        raise InfrastructureError(f"{_where()}: GPU(s) of this partition are held: " + ", ".join(map(str, holders)))
+
+
+def _collect(root: Path) -> dict[str, bytes]:
+    files = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = str(path.relative_to(root))
+        size = path.stat().st_size
+        files[rel] = path.read_bytes() if size <= MAX_SHIPPED_FILE else f"{size} bytes, left on {_where()}: {path}\n".encode()
+    return files
+
+
+def _sweep(key: str) -> list[str]:
+    """Runs on one node: stop what that node's ledger still holds for study ``key``."""
+    book = node_ledger(key)
+    return [
+        f"{_where()}: stopped orphaned processes {', '.join(map(str, pids))} (group {e.pgid}, {e.argv0}) of {e.trial_dir}"
+        for e, pids in book.stop_orphans()
+    ]
 
 
 class RayExecutor:
     """Trials as Ray tasks; ``max_parallel`` is how many partitions of the smallest size fit."""
 
     def __init__(
-        self, devices: list[int], kind: str, *, max_parallel: int, address: str | None = None, ledger: Ledger | None = None
+        self, devices: list[int], kind: str, *, max_parallel: int, address: str | None = None, ledger: Ledger | None = None,
+        node_key: str | None = None,
     ) -> None:
         import ray
 
@@ -118,13 +190,28 @@ class RayExecutor:
         # A local cluster's processes outlive a SIGKILLed driver: record them for the next run.
         self._ledger = ledger if self._owned and self._local else None
         self._record_cluster()
+        resources = ray.cluster_resources()
+        self._by_device = self._local or all(f"tuner_device_{d}" in resources for d in devices)
+        self.node_key = None if self._local else (node_key or "default")
+        self.recovered = self.sweep_nodes() if self.node_key else []
+
+    def sweep_nodes(self) -> list[str]:
+        """Stop, on every alive node, what its ledger still holds of this study (a crashed driver's servers)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        sweep = self._ray.remote(num_cpus=0, max_retries=0)(_sweep)
+        refs = [
+            sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(self.node_key)
+            for node in self._ray.nodes() if node.get("Alive")
+        ]
+        return [line for lines in self._ray.get(refs) for line in lines]
 
     def _record_cluster(self) -> None:
         if self._ledger is not None:
             self._ledger.add_tree(os.getpid(), RAY_LABEL)
 
     def _options(self, partition: Partition) -> dict[str, Any]:
-        if self._local:
+        if self._by_device:
             return {"num_cpus": 0, "resources": {f"tuner_device_{d}": 1.0 for d in partition.devices}}
         if self.kind == "gpu":
             return {"num_cpus": 1, "num_gpus": len(partition.devices)}
@@ -135,7 +222,8 @@ class RayExecutor:
     ) -> Future[TrialOutcome]:
         self._record_cluster()  # agents Ray starts lazily
         ref = self._task.options(**self._options(partition)).remote(
-            space.model_dump(mode="json"), params, str(trial_dir.resolve()), partition, str(ledger.root.resolve()) if ledger else None
+            space.model_dump(mode="json"), params, str(trial_dir.resolve()), partition, str(ledger.root.resolve()) if ledger else None,
+            self.node_key,
         )
         result: Future[TrialOutcome] = Future()
         self._refs[result] = ref
@@ -143,7 +231,9 @@ class RayExecutor:
         def unpack(done: Future[tuple[str, Any]]) -> None:
             self._refs.pop(result, None)
             try:
-                kind, value = done.result()
+                kind, value, files = done.result()
+                if files:
+                    _write_back(trial_dir, files)
             except BaseException as exc:  # noqa: BLE001 - a lost worker, a cancelled task
                 result.set_exception(_infrastructure(exc))
                 return
@@ -165,6 +255,14 @@ class RayExecutor:
             self._ray.shutdown()
         if self._ledger is not None:
             self._ledger.stop_orphans(self._ledger.labelled(RAY_LABEL))
+
+
+def _write_back(trial_dir: Path, files: dict[str, bytes]) -> None:
+    """A cluster trial's files, written into the driver's runs/ as if the trial had run here."""
+    for rel, data in files.items():
+        path = trial_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
 
 
 def _infrastructure(exc: BaseException) -> BaseException:

@@ -80,6 +80,7 @@ class TrialOutcome:
     engine_version: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # what the launch added to the environment (secrets as ***)
     memory_cap: int | None = None  # RLIMIT_AS the server ran under, bytes
+    node: str | None = None  # where it ran, on a cluster (host and Ray node)
 
     def launch(self) -> dict[str, Any]:
         """What was launched, as `tune export` replays it: argv, env, engine version, memory cap."""
@@ -105,6 +106,7 @@ class TrialOutcome:
             "engine_version": self.engine_version,
             "env": self.env,
             "memory_cap": self.memory_cap,
+            "node": self.node,
             "metrics": self.metrics(),
         }
 
@@ -120,4 +122,5 @@ class TrialOutcome:
             engine_version=data.get("engine_version"),
             env=data.get("env") or {},
             memory_cap=data.get("memory_cap"),
+            node=data.get("node"),
         )

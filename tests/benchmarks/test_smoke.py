@@ -73,6 +73,13 @@ def test_kv_precision_benchmark_runs(llama_server: Path, smollm2: Path, tmp_path
     assert "effective" in capsys.readouterr().out
 
 
+@pytest.mark.integration
+def test_cluster_benchmark_runs(llama_server: Path, smollm2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = _load("cluster").main(2)
+    assert results["one"]["nodes"] == 1 and results["three"]["nodes"] == 2  # one device node vs two
+    assert "ratio trials/hour three nodes vs one" in capsys.readouterr().out
+
+
 def test_search_efficiency_benchmark_runs_on_the_simulated_table() -> None:
     text = _load("search_efficiency").main(["--seeds", "1", "--tables", "gpu"])
     assert "| ours (TPE + screen) |" in text and "auto_tune.sh" in text

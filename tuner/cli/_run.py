@@ -52,6 +52,9 @@ def run(
     limit = _duration(timeout) if timeout else the_space.budget.timeout
     run_dir = RunDir.for_study(name)
     run_dir.root.mkdir(parents=True, exist_ok=True)
+    if ray_address and not (storage or "").startswith(("postgresql", "mysql")):
+        echo(f"warning: --ray-address with SQLite storage ({storage or run_dir.db_url}): trials on other nodes report to this "
+             "driver, but no driver on another machine can share the study; for several drivers use --storage postgresql://...")
     with StudyLock(run_dir.root / "run.lock", name) as lock:
         the_study = open_study(
             the_space, objective, name=name, storage=storage or run_dir.db_url, source=str(path), force=force, sampler=sampler
@@ -67,10 +70,13 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
     echo(f"study {name}: {path} ({the_space.engine}), {budget} trials, objectives {objective.metric_names}")
     for note in recover(the_study, ledger):
         echo(f"  recovered: {note}")
-    runner = _executor(executor, the_space, ray_address, ledger)
+    runner = _executor(executor, the_space, ray_address, ledger, name)
+    for note in getattr(runner, "recovered", []):
+        echo(f"  recovered: {note}")
     driver = Driver(
         the_space, the_study, objective, run_dir, runner, ledger=ledger,
-        hygiene=GpuHygiene(the_space.hardware.devices) if the_space.hardware.kind == "gpu" else None,
+        # on a cluster each trial checks its own node's GPUs (tuner.executors); NVML here sees only this host
+        hygiene=GpuHygiene(the_space.hardware.devices) if the_space.hardware.kind == "gpu" and ray_address is None else None,
         screen=None if no_screen or not the_space.sampler.screen else screen_for(the_space.engine),
         trials=budget, timeout=limit, trial_timeout=the_space.budget.trial_timeout, on_trial=_report,
     )
@@ -152,14 +158,14 @@ def _remeasured(label: str, repeat: int, text: str) -> None:
     echo(f"  {label} run {repeat + 1}: {text}")
 
 
-def _executor(kind: str, space: spaces.SearchSpace, address: str | None, ledger: Ledger) -> Executor:
+def _executor(kind: str, space: spaces.SearchSpace, address: str | None, ledger: Ledger, study: str = "default") -> Executor:
     hw = space.hardware
     if kind == "inline":
         return InlineExecutor()
     if kind != "ray":
         raise ConfigError(f"--executor: {kind!r} is not one of ray, inline")
     smallest = hw.per_trial if isinstance(hw.per_trial, int) else _smallest_size(space)
-    return RayExecutor(hw.devices, hw.kind, max_parallel=max(1, len(hw.devices) // smallest), address=address, ledger=ledger)
+    return RayExecutor(hw.devices, hw.kind, max_parallel=max(1, len(hw.devices) // smallest), address=address, ledger=ledger, node_key=study)
 
 
 def _smallest_size(space: spaces.SearchSpace) -> int:

@@ -1,0 +1,113 @@
+"""A real multi-node Ray cluster on this machine (Ray's own cluster utilities: a head and two
+worker nodes, each a raylet of its own with its own resources): trials run on the node that
+holds their partition, their evidence comes back to the driver's runs/, and each node's ledger
+is swept by the next executor that connects (a crashed driver's orphans on every node)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import group_members, tiny_space
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """Head (no devices) + node A (device 0) + node B (device 1); yields (address, {device: node id})."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    os.environ["TUNER_NODE_LEDGERS"] = str(tmp_path_factory.mktemp("node-ledgers"))
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        a = made.add_node(num_cpus=1, resources={"tuner_device_0": 1})
+        b = made.add_node(num_cpus=1, resources={"tuner_device_1": 1})
+        made.wait_for_nodes()
+        yield made.address, {0: a.node_id, 1: b.node_id}
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        made.shutdown()
+        os.environ.pop("TUNER_NODE_LEDGERS", None)
+
+
+def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(cluster, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    from tuner import objectives
+    from tuner.artifacts import RunDir
+    from tuner.driver import Driver
+    from tuner.executors import RayExecutor
+    from tuner.space import validate
+    from tuner.study import open_study
+
+    address, nodes = cluster
+    raw = tiny_space(name="multi")
+    raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
+    raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
+    raw["enqueue"] = [{"parallel": 1}, {"parallel": 2}]
+    raw["budget"] = {"trials": 2}
+    space = validate(raw, "multi.yaml")
+    objective = objectives.load(space.objectives)
+    run_dir = RunDir(tmp_path / "multi")
+    run_dir.root.mkdir()
+    study = open_study(space, objective, name="multi", storage=run_dir.db_url, source="multi.yaml")
+    executor = RayExecutor([0, 1], "cpu", max_parallel=2, address=address, node_key="multi")
+    try:
+        Driver(space, study, objective, run_dir, executor, trials=2).run()
+    finally:
+        executor.shutdown()
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"], [t.user_attrs.get("error") for t in trials]
+    for t in trials:
+        (device,) = t.user_attrs["partition"]
+        assert f"ray node {nodes[device][:12]}" in t.user_attrs["node"]  # the node that holds tuner_device_<device>
+        here = run_dir.trial(t.number)
+        for name in ("command.txt", "server.log", "outcome.json"):
+            assert (here / name).is_file(), (here, name)  # written back on the driver, not left on the node
+        assert "llama_server" in (here / "server.log").read_text() or "main:" in (here / "server.log").read_text()
+    starts = sorted(t.datetime_start for t in trials)
+    ends = sorted(t.datetime_complete for t in trials)
+    assert starts[1] < ends[0]  # side by side, one per node
+
+
+def test_a_new_executor_stops_orphans_on_every_node(cluster, tmp_path: Path) -> None:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from tuner.executors import RayExecutor, node_ledger
+
+    address, nodes = cluster
+    ray.init(address=address, namespace="tuner", log_to_driver=False)
+
+    @ray.remote(num_cpus=0)
+    def leave_a_server(key: str) -> int:
+        """What a driver's crash leaves on a node: Ray ends the job's workers and their direct
+        children (the server's leader), but the engine's own children live on in its session."""
+        proc = subprocess.Popen(["bash", "-c", "sleep 300 & wait"], start_new_session=True)
+        node_ledger(key).add(proc.pid, "/nowhere/trials/0", "bash")
+        return proc.pid
+
+    try:
+        pid = ray.get(leave_a_server.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[1], soft=False)).remote("crashed"))
+    finally:
+        ray.shutdown()
+    time.sleep(2)  # the job's worker is gone by now
+    left = group_members(pid)
+    assert left, "nothing of the server survived its worker: no orphan to sweep"
+    executor = RayExecutor([0, 1], "cpu", max_parallel=2, address=address, node_key="crashed")
+    try:
+        notes = executor.recovered
+    finally:
+        executor.shutdown()
+    assert len(notes) == 1 and nodes[1][:12] in notes[0] and all(str(p) in notes[0] for p in left), notes
+    deadline = time.monotonic() + 10
+    while group_members(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert group_members(pid) == []
