@@ -229,6 +229,7 @@ class Driver:
         timeout: float | None = None,
         trial_timeout: float | None = None,
         on_trial: Callable[[TrialReport], None] | None = None,
+        on_tick: Callable[[list[tuple[int, Partition, Path]]], None] | None = None,
         ledger: Ledger | None = None,
         hygiene: GpuHygiene | None = None,
         screen: Screen | None = None,
@@ -243,6 +244,8 @@ class Driver:
         self.timeout = timeout
         self.trial_timeout = trial_timeout
         self.on_trial = on_trial or (lambda report: None)
+        self.on_tick = on_tick  # every TICK_S while trials run: (number, partition, trial dir) of each
+        self._ticked = 0.0
         hw = space.hardware
         self.pool = PartitionPool(hw.kind, hw.devices)
         self.ledger = ledger or Ledger(run_dir.root / "servers")
@@ -276,6 +279,12 @@ class Driver:
 
     def recover(self) -> list[str]:
         return recover(self.study, self.ledger)
+
+    def _tick(self) -> None:
+        if self.on_tick is None or not self._running or time.monotonic() - self._ticked < TICK_S:
+            return
+        self._ticked = time.monotonic()
+        self.on_tick(_tick_rows(self))
 
     def run(self, *, pause_at: int | None = None) -> RunSummary:
         """Run until the budget, the timeout or a stop; with ``pause_at``, return once that many
@@ -312,6 +321,7 @@ class Driver:
                 done, _ = wait(list(self._running), timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
                     self._finish(future, summary)
+                self._tick()
                 self._enforce_trial_timeout()
                 if self._stop_requested:
                     summary.stop_reason = self._stop_requested
@@ -518,6 +528,13 @@ class _Running:
     partition: Partition
     began: float
     timed_out: bool = False
+
+
+TICK_S = 2.0
+
+
+def _tick_rows(driver: Driver) -> list[tuple[int, Partition, Path]]:
+    return [(r.trial.number, r.partition, driver.run_dir.trial(r.trial.number)) for r in driver._running.values()]
 
 
 def _written_outcome(trial_dir: Path) -> TrialOutcome | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import engines, probes, telemetry
+from tuner import engines, probes, progress, telemetry
 from tuner.artifacts import write_json
 from tuner.exceptions import ConfigInfeasible, CrashedUnderLoad
 from tuner.ledger import Ledger
@@ -89,6 +89,7 @@ def serve(
         ledger=ledger,
         api_key=api_key,
     )
+    progress.report("launching")
     server.start()
     try:
         try:
@@ -102,8 +103,10 @@ def serve(
             server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key, adapter.prefix_cache_metrics,
             adapter.context_slack,
         )
+        progress.report(f"ready after {startup_s:.0f}s")
         yield Served(handle, server, command, startup_s, started_at)
     finally:
+        progress.report("stopping the server")
         server.stop()
 
 
@@ -115,7 +118,8 @@ def run_trial(
     Raises :class:`~tuner.exceptions.ConfigInfeasible` (with evidence) when the server does not
     start, :class:`~tuner.exceptions.ProbeError` when it cannot be measured."""
     adapter = engines.get(space.engine)
-    with serve(space, params, trial_dir, partition, ledger=ledger) as served:
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    with progress.bind(trial_dir), serve(space, params, trial_dir, partition, ledger=ledger) as served:
         probe_began = time.time()
         results: list[ProbeResult] = []
         sampler = telemetry.for_partition(partition.kind, partition.devices)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 
 import optuna
 import typer
@@ -21,6 +22,7 @@ from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
 from tuner.lock import StudyLock
 from tuner.partitions import make_partitions
+from tuner.progress import describe
 from tuner.screen import screen_for
 from tuner.study import open_study
 from tuner.units import format_duration, parse_duration
@@ -79,6 +81,7 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
         hygiene=GpuHygiene(the_space.hardware.devices) if the_space.hardware.kind == "gpu" and ray_address is None else None,
         screen=None if no_screen or not the_space.sampler.screen else screen_for(the_space.engine),
         trials=budget, timeout=limit, trial_timeout=the_space.budget.trial_timeout, on_trial=_report,
+        on_tick=PhaseLine(engines.get(the_space.engine).startup_phases),
     )
     hw = the_space.hardware
     echo(f"  {hw.kind} devices {hw.devices}, {runner.max_parallel} trial(s) at a time ({executor})")
@@ -190,6 +193,28 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise ConfigError(f"--timeout: {exc}") from None
+
+
+class PhaseLine:
+    """What each running trial is doing, between the trial lines: rewritten in place on a
+    terminal (stderr), printed once per change of phase when piped."""
+
+    def __init__(self, startup_phases: tuple[tuple[str, str], ...]) -> None:
+        self.startup_phases = startup_phases
+        self.last = ""
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, running: list) -> None:  # noqa: ANN001 - (number, partition, trial dir)
+        parts = [(f"trial {n} [{p.kind} {','.join(map(str, p.devices))}]", describe(d, self.startup_phases)) for n, p, d in running]
+        if self.tty:
+            line = " | ".join(f"{who}: {what}" for who, what in parts)
+            sys.stderr.write("\r" + line[:200].ljust(200) + "\r")
+            sys.stderr.flush()
+            return
+        changed = " | ".join(f"{who}: {what.rsplit(' (for', 1)[0]}" for who, what in parts)
+        if changed != self.last:
+            self.last = changed
+            echo(f"    ... {changed}")
 
 
 def _report(r: TrialReport) -> None:

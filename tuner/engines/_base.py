@@ -115,6 +115,8 @@ class EngineAdapter(ABC):
     # tokens of the reported per-request context a request may not use (SGLang refuses a request
     # whose prompt + output *reaches* context_len: tokenizer_manager's ``>=``)
     context_slack: ClassVar[int] = 0
+    # (log regex, phase label) the engine prints while it starts, for the live status line
+    startup_phases: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @abstractmethod
     def executable(self) -> list[str]:

@@ -76,6 +76,11 @@ _SLOTS = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|f
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     signatures = SIGNATURES
+    startup_phases = (
+        (r"llama_model_loader|load_model: loading model", "loading weights"),
+        (r"load_model: initializing|llama_kv_cache", "allocating the KV cache"),
+        (r"model loaded|listening on", "API server up"),
+    )
 
     def executable(self) -> list[str]:
         return [str(provision.server_binary())]

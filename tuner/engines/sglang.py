@@ -68,6 +68,14 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     signatures = SIGNATURES
     context_slack = 1
+    startup_phases = (
+        (r"Load weight begin", "loading weights"),
+        (r"Load weight end", "weights loaded"),
+        (r"KV Cache is allocated", "KV cache allocated"),
+        (r"Capture cuda graph begin", "capturing graphs"),
+        (r"Capture cuda graph end", "graphs captured"),
+        (r"The server is fired up", "API server up"),
+    )
 
     def executable(self) -> list[str]:
         return [sys.executable, "-m", "sglang.launch_server"]

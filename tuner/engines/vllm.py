@@ -73,6 +73,15 @@ class VllmAdapter(EngineAdapter):
     name = "vllm"
     signatures = SIGNATURES
     prefix_cache_metrics = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")  # usage omits 0 cached tokens
+    startup_phases = (
+        (r"Initializing a V1 LLM engine", "initializing the engine"),
+        (r"Starting to load model|Loading model from|Loading weights", "loading weights"),
+        (r"Model loading took", "weights loaded, profiling memory"),
+        (r"GPU KV cache size", "KV cache allocated"),
+        (r"Capturing CUDA graph|Capturing cudagraph", "capturing graphs"),
+        (r"Graph capturing finished|init engine .* took", "warming up"),
+        (r"Starting vLLM API server|Application startup complete", "API server up"),
+    )
 
     def executable(self) -> list[str]:
         return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from tuner import progress
 from tuner.engines._openai import counter_total
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
@@ -90,6 +91,7 @@ class LoadProbe(Probe):
             results: dict[int, dict[str, Any]] = {}
             stop_reason = "completed"
             for level in levels:
+                progress.report(f"load: {level} concurrent clients, window {spec.duration:g}-{spec.max_duration:g}s")
                 results[level] = await self._level(client, server, prompts, level)
                 stop_reason = _stop_reason(results, level, spec.target_concurrency)
                 if stop_reason != "completed":

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from tuner import progress
 from tuner.exceptions import ProbeError
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._tokens import Tokenizer
@@ -78,7 +79,8 @@ class RecallProbe(Probe):
         timeout = httpx.Timeout(self.spec.request_timeout, connect=10.0)
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
             tokenizer = Tokenizer(client, server.url, server.model, server.headers)
-            for length in rungs:
+            for i, length in enumerate(rungs, 1):
+                progress.report(f"recall: rung {i}/{len(rungs)}, {length:,} tokens")
                 if limit is not None and length > limit:
                     stop = f"length {length} does not fit the per-request context {limit}"
                     break

@@ -17,6 +17,7 @@ import time
 
 import httpx
 
+from tuner import progress
 from tuner.exceptions import ProbeError
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
@@ -70,6 +71,7 @@ class ServedContextProbe(Probe):
                 raise ProbeError(f"the server reports no usage.prompt_tokens: a prompt of exactly {asked} tokens cannot be checked ({probe.error})")
             maker = PromptMaker(vocabulary, asked, seed=SEED)
             maker.calibrate(small.sent_words, probe.prompt_tokens)
+            progress.report(f"served context: {n} requests of {limit:,} tokens at once")
             began = time.perf_counter()
             records = await asyncio.gather(*(stream_request(client, url, {**body, "prompt": maker.make(i)}, server.headers) for i in range(n)))
             seconds = time.perf_counter() - began
