@@ -35,7 +35,7 @@ from tuner.study import open_study  # noqa: E402
 def _space(trials: int):  # noqa: ANN202
     raw = tiny_space(name="cluster-bench")
     raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
-    raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 4}, "batch-size": {"type": "categorical", "choices": [256, 512, 1024]}}
+    raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 4}, "batch-size": {"type": "int", "low": 64, "high": 2048}}
     raw["budget"] = {"trials": trials}
     raw["sampler"] = {"name": "random", "seed": 0}
     return validate(raw, "cluster-bench.yaml")
@@ -68,8 +68,9 @@ def run(layout: str, trials: int, root: Path) -> dict[str, float]:
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
-    done = [t for t in study.get_trials() if t.state.name in ("COMPLETE", "PRUNED")]
-    overheads = [t.user_attrs["timings"]["started_at"] - t.datetime_start.timestamp() for t in done if "timings" in t.user_attrs]
+    # launched trials only: a repeated config is copied, a screened one never starts
+    done = [t for t in study.get_trials() if "timings" in t.user_attrs and "duplicate_of" not in t.user_attrs]
+    overheads = [t.user_attrs["timings"]["started_at"] - t.datetime_start.timestamp() for t in done]
     nodes = {t.user_attrs.get("node") for t in done}
     return {"trials": len(done), "wall_s": wall, "per_hour": len(done) / wall * 3600, "nodes": len(nodes),
             "overhead_mean_s": statistics.fmean(overheads) if overheads else float("nan"),

@@ -124,7 +124,7 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
         "ctx-size": {"type": "categorical", "choices": [2048, 4096, 65536]},
         "parallel": {"type": "int", "low": 1, "high": 2},
     }
-    raw["probes"]["recall"] = {"lengths": [512, 1024], "depths": [0.5]}
+    raw["probes"]["recall"] = {"lengths": [512, 1024, 2048], "depths": [0.5]}
     raw["objectives"] = "throughput-vs-context"
     raw["enqueue"] = [
         {"ctx-size": 2048, "parallel": 2},

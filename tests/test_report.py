@@ -48,6 +48,12 @@ def test_report_renders_in_headless_chromium(real_study, tmp_path: Path) -> None
     ).stdout
     assert 'class="main-svg"' in dom, "plotly did not draw the front"
     assert "scatterlayer" in dom and "tuner report: real" in dom
+    for element in ("Trials", "Timeline", "Throughput vs concurrency", "Parameter importance", "Failures by signature",
+                    "Re-validation on fresh servers", "Noise", "Chosen config"):
+        assert f"{element}" in dom, element
+    for plot in ('id="front"', 'id="timeline"', 'id="concurrency"'):
+        assert plot in dom, plot
+    assert dom.count('class="main-svg"') >= 3  # front, timeline, throughput vs concurrency drawn (importance where computable)
 
 
 def test_report_html_has_tables_and_code_not_literal_markdown(real_study) -> None:

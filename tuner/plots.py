@@ -103,7 +103,7 @@ def timeline_html(study_trials: list) -> str:  # noqa: ANN001 - FrozenTrials
         if t.datetime_start is None:
             continue
         end = t.datetime_complete or t.datetime_start
-        partition = "gpu/cpu " + ",".join(map(str, t.user_attrs.get("partition", []))) if t.user_attrs.get("partition") else "not launched"
+        partition = "devices " + ",".join(map(str, t.user_attrs["partition"])) if t.user_attrs.get("partition") else "not launched"
         rows.setdefault(t.state.name, []).append((partition, t.datetime_start, end, t))
     fig = go.Figure()
     for state, items in rows.items():

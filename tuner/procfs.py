@@ -1,12 +1,13 @@
-"""Reading Linux /proc: the one place that parses /proc/<pid>/stat and cmdline."""
+"""Reading Linux /proc: the one place that parses /proc/<pid>/stat, cmdline and the TCP listeners."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["ProcStat", "cmdline", "processes", "stat"]
+__all__ = ["ProcStat", "cmdline", "listeners", "processes", "stat"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,30 @@ def cmdline(pid: int) -> str:
             return f.read().split(b"\0")[0].decode(errors="replace")[:200]
     except OSError:
         return ""
+
+
+def listeners(port: int) -> set[int] | None:
+    """Pids holding a listening TCP socket on ``port`` (any address), from /proc/net/tcp{,6} and
+    each process's fds; None where /proc does not say (not Linux, or no permission to look)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return set()
+    owners: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                owners.add(int(entry.name))
+        except OSError:
+            continue
+    return owners or None

@@ -117,8 +117,9 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>tuner report: {html.escape(name)}</title>"
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}pre{background:#f6f6f6;padding:8px;overflow-x:auto}</style>"
+        "<style>body{font-family:sans-serif;max-width:1400px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;display:block;overflow-x:auto;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;white-space:nowrap}"
+        "pre{background:#f6f6f6;padding:8px;overflow-x:auto}</style>"
         f"</head><body>{body}<h2>Front (interactive)</h2>{plot}{power}</body></html>"
     )
     return Report(page, markdown)

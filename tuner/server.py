@@ -175,7 +175,7 @@ class ServerProcess:
                     raise StartupFailed(f"server exited with {self.proc.returncode}", evidence=self.evidence())
                 left = deadline - time.monotonic()
                 client.timeout = httpx.Timeout(min(10.0, max(0.5, left)), connect=min(1.0, max(0.1, left)))
-                if self.adapter.ready(client, self.url, model=self.model):
+                if self.adapter.ready(client, self.url, model=self.model) and self._listener_is_ours():
                     self.ready_at = time.monotonic()
                     return self.ready_at - self.started_at
                 if time.monotonic() >= deadline:
@@ -184,6 +184,16 @@ class ServerProcess:
                         evidence=self.evidence(default_signature="startup_timeout"),
                     )
                 self._fatal_seen.wait(self.poll_interval)
+
+    def _listener_is_ours(self) -> bool:
+        """The port answers for this server, not another that holds it (the same model can be
+        served twice: a second start that failed to bind would see the first one ready)."""
+        assert self.proc is not None
+        owners = procfs.listeners(self.port)
+        if owners is None:
+            return self.proc.poll() is None  # /proc does not say: at least our process must live
+        ours = {self.proc.pid} | {p.pid for p in procfs.processes() if p.pgrp == self.proc.pid}
+        return bool(owners & ours)
 
     def _let_it_exit(self) -> None:
         """After a fatal line, give the engine a moment to write its last lines and exit."""
