@@ -111,3 +111,29 @@ def test_a_new_executor_stops_orphans_on_every_node(cluster, tmp_path: Path) -> 
     while group_members(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert group_members(pid) == []
+
+
+def test_tune_run_on_the_cluster_from_the_command_line(cluster, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    """The CLI wiring: --ray-address puts trials on the nodes, warns about SQLite, prints the sweep."""
+    import sys
+
+    import optuna
+    import yaml
+
+    address, nodes = cluster
+    raw = tiny_space(name="cli-multi")
+    raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
+    raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
+    raw["enqueue"] = [{"parallel": 1}, {"parallel": 2}]
+    raw["budget"] = {"trials": 2}
+    space = tmp_path / "cli-multi.yaml"
+    space.write_text(yaml.safe_dump(raw))
+    out = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--space", str(space), "--ray-address", address, "--no-remeasure"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "warning: --ray-address with SQLite storage" in out.stdout
+    study = optuna.load_study(study_name="cli-multi", storage=f"sqlite:///{tmp_path / 'runs' / 'cli-multi' / 'study.db'}")
+    ran = {t.user_attrs["partition"][0]: t.user_attrs["node"] for t in study.get_trials() if t.state.name == "COMPLETE"}
+    assert set(ran) == {0, 1} and all(nodes[d][:12] in where for d, where in ran.items()), ran
