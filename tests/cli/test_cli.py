@@ -139,3 +139,11 @@ def test_pareto_refuses_a_metric_no_trial_has(tmp_path: Path) -> None:
     out = tune("pareto", "--study", f"h200-vllm=sqlite:///{db}", "--x", "load.nope", "--out", str(tmp_path / "p"), cwd=tmp_path)
     _one_line(out, 2, "error: --x: no trial of study 'h200-vllm' has metric 'load.nope' (e.g. ")
     assert not list(tmp_path.glob("p.*")), "plots were written for a metric that does not exist"
+
+
+def test_provisioning_progress_is_one_plain_line_when_piped() -> None:
+    code = "from tuner.cli._common import progress_bar\nfor i in range(5): progress_bar(i / 4, f'building step {i}')\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0 and "\r" not in out.stderr and "\x1b" not in out.stderr, repr(out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("100%") and lines[0].endswith("building step 4"), lines

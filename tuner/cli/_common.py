@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import typer
@@ -51,14 +52,29 @@ def set_verbosity(verbose: int) -> None:
     logging.getLogger("tuner").setLevel(level)
 
 
-def progress_bar(fraction: float, line: str) -> None:
-    """A one-line progress indication for long provisioning steps (stderr, rewritten in place)."""
-    width = 30
-    filled = int(width * min(max(fraction, 0.0), 1.0))
-    bar = "#" * filled + "-" * (width - filled)
-    end = "\n" if fraction >= 1.0 else ""
-    sys.stderr.write(f"\r[{bar}] {fraction:5.1%} {line[:70]:<70}{end}")
-    sys.stderr.flush()
+class _ProvisionBar:
+    """rich's progress bar for long provisioning steps (the llama.cpp build), on stderr: live on
+    a terminal; when piped, rich prints the final state once, no control characters."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, fraction: float, line: str) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+        if self._bar is None:
+            self._bar = Progress(TaskProgressColumn(), BarColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task(line[:70], total=1.0)
+        self._bar.update(self._task, completed=min(max(fraction, 0.0), 1.0), description=line[:70])
+        if fraction >= 1.0:
+            self._bar.stop()
+            self._bar = None
+
+
+progress_bar = _ProvisionBar()
 
 
 def open_existing(study: str, storage: str | None) -> optuna.Study:
