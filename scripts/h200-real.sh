@@ -19,7 +19,7 @@ if [ ! -f /tmp/smollm2/model.safetensors ]; then
   python3 scripts/smollm2_to_hf.py /tmp/gguf/smollm2.gguf /tmp/kit/tokenizer /tmp/smollm2 || exit 1
 fi
 echo "model ready after $(( $(date +%s) - t0 ))s"; ls -la /tmp/smollm2
-space=search_spaces/h200-$engine-smollm2.yaml
+space=${SPACE:-search_spaces/h200-$engine-smollm2.yaml}
 if [ "$what" = kv ] || [ "$what" = all ]; then
   if [ "$engine" = vllm ]; then dtypes=auto,fp8,fp8_e5m2; fixed=(--set gpu-memory-utilization=0.2 --set max-model-len=16384 --set max-num-seqs=64)
   else dtypes=auto,fp8_e4m3; fixed=(--set mem-fraction-static=0.2 --set context-length=16384 --set max-running-requests=64); fi
@@ -27,7 +27,7 @@ if [ "$what" = kv ] || [ "$what" = all ]; then
   echo "kv done after $(( $(date +%s) - t0 ))s"
 fi
 if [ "$what" = tune ] || [ "$what" = all ]; then
-  study=h200-$engine-smollm2
+  study=$(basename "$space" .yaml)
   python3 -m tuner run --space "$space" --study "$study" --timeout ${TUNE_TIMEOUT:-510s}
   echo "tune exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner status --study "$study" | tail -30

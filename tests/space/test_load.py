@@ -133,3 +133,22 @@ def test_h200_spaces_validate_with_their_model_dir(name: str, tmp_path: Path) ->
     raw["model"]["path"] = str(tmp_path)
     space = spaces.validate(raw, f"{name}.yaml")
     assert space.objectives == "throughput-slo" and len(space.enqueue) == 3
+
+
+def test_the_x2_space_mixes_tp_sizes_that_pack_both_gpus(tmp_path: Path) -> None:
+    """tp 1 and tp 2 trials on 2 GPUs (issue 14's lent-kind part): two tp-1 trials side by side,
+    a tp-2 trial waits for both, first fit."""
+    from tuner.partitions import PartitionPool, trial_size
+
+    raw = yaml.safe_load((ROOT / "search_spaces" / "h200-x2-tp.yaml").read_text())
+    raw["model"]["path"] = str(tmp_path)
+    space = spaces.validate(raw, "h200-x2-tp.yaml")
+    sizes = [trial_size(space.hardware.per_trial, e) for e in space.enqueue]
+    assert sizes == [1, 2]
+    pool = PartitionPool("gpu", space.hardware.devices)
+    one, other = pool.acquire(1), pool.acquire(1)
+    assert (one.devices, other.devices) == ((0,), (1,)) and pool.acquire(2) is None and one.port_base != other.port_base
+    pool.release(one)
+    assert pool.acquire(2) is None  # GPU 1 is still busy
+    pool.release(other)
+    assert pool.acquire(2).devices == (0, 1)
