@@ -39,6 +39,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("TUNER_NODE_LEDGERS", None)
 
 
+def _two_partitions(name: str) -> dict:
+    """Two 1-core partitions (devices 0 and 1, one per worker node), two configs enqueued."""
+    raw = tiny_space(name=name)
+    raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
+    raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
+    raw["enqueue"] = [{"parallel": 1}, {"parallel": 2}]
+    raw["budget"] = {"trials": 2}
+    return raw
+
+
 def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(cluster, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     from tuner import objectives
     from tuner.artifacts import RunDir
@@ -48,11 +58,7 @@ def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(clus
     from tuner.study import open_study
 
     address, nodes = cluster
-    raw = tiny_space(name="multi")
-    raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
-    raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
-    raw["enqueue"] = [{"parallel": 1}, {"parallel": 2}]
-    raw["budget"] = {"trials": 2}
+    raw = _two_partitions("multi")
     space = validate(raw, "multi.yaml")
     objective = objectives.load(space.objectives)
     run_dir = RunDir(tmp_path / "multi")
@@ -114,18 +120,14 @@ def test_a_new_executor_stops_orphans_on_every_node(cluster, tmp_path: Path) -> 
 
 
 def test_tune_run_on_the_cluster_from_the_command_line(cluster, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
-    """The CLI wiring: --ray-address puts trials on the nodes, warns about SQLite, prints the sweep."""
+    """The CLI wiring: --ray-address puts trials on the nodes and warns about SQLite."""
     import sys
 
     import optuna
     import yaml
 
     address, nodes = cluster
-    raw = tiny_space(name="cli-multi")
-    raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
-    raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
-    raw["enqueue"] = [{"parallel": 1}, {"parallel": 2}]
-    raw["budget"] = {"trials": 2}
+    raw = _two_partitions("cli-multi")
     space = tmp_path / "cli-multi.yaml"
     space.write_text(yaml.safe_dump(raw))
     out = subprocess.run(

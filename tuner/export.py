@@ -24,9 +24,8 @@ import yaml
 
 from tuner import engines
 from tuner.engines import Command
-from tuner.limits import Limits, default_contexts, from_config, measured
+from tuner.limits import Limits, default_contexts, for_trial
 from tuner.pick import Candidate
-from tuner.records import Capacity
 from tuner.space import SearchSpace
 
 __all__ = ["Export", "FORMATS", "Launch", "build_export", "recorded_launch"]
@@ -278,10 +277,7 @@ def build_export(
     secret_env = tuple(sorted({k for k in here.env if k in secret_names or _engine_secret(k)}
                               | {k for k in command.env if _engine_secret(k)}
                               | ({k for k, v in launch.env.items() if "***" in v} if launch else set())))
-    capacity_data = candidate.trial.user_attrs.get("capacity")
-    capacity = Capacity.from_dict(capacity_data) if capacity_data else None
-    checked = measured(candidate.trial.user_attrs.get("metrics", {}))
-    limits = from_config({**adapter.configured_limits(space.values(candidate.trial.params)), **checked}, capacity)
+    limits = for_trial(adapter.configured_limits(space.values(candidate.trial.params)), candidate.trial.user_attrs)
     return Export(
         study=study.study_name,
         candidate=candidate,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ContextRow", "Limits", "default_contexts", "from_config", "measured"]
+__all__ = ["ContextRow", "Limits", "default_contexts", "for_trial", "from_config"]
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,15 @@ def default_contexts(limits: Limits) -> list[int]:
 _MEASURED = (("recall_verified_context", "recall.effective_context"), ("served_context", "served.context"))
 
 
-def measured(metrics: dict[str, float]) -> dict[str, int]:
-    """The contexts a trial's probes verified (recall) and served (side by side), by Limits field."""
-    return {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}
+def for_trial(configured: dict[str, int | None], attrs: dict[str, Any]) -> Limits:
+    """A stored trial's limits: its configured flags, what its engine reported (``capacity``
+    attr) and the contexts its probes verified (recall) and served (side by side)."""
+    from tuner.records import Capacity
+
+    metrics = attrs.get("metrics", {})
+    checked = {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}
+    capacity = Capacity.from_dict(attrs["capacity"]) if attrs.get("capacity") else None
+    return from_config({**configured, **checked}, capacity)
 
 
 def from_config(configured: dict[str, int | None], capacity: Any | None = None, *, source: str = "flags") -> Limits:

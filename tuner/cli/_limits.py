@@ -11,8 +11,7 @@ import typer
 from tuner import engines
 from tuner.cli._common import echo, open_existing, stored_space
 from tuner.exceptions import ConfigError
-from tuner.limits import Limits, default_contexts, from_config, measured
-from tuner.records import Capacity
+from tuner.limits import Limits, default_contexts, for_trial, from_config
 
 
 def limits(
@@ -97,5 +96,4 @@ def _from_trial(study: str | None, number: int | None, storage: str | None) -> L
     t = trials[number]
     space = stored_space(the_study)
     configured = engines.get(space.engine).configured_limits(space.values(t.params))
-    capacity = Capacity.from_dict(t.user_attrs["capacity"]) if "capacity" in t.user_attrs else None
-    return from_config({**configured, **measured(t.user_attrs.get("metrics", {}))}, capacity)
+    return for_trial(configured, t.user_attrs)

@@ -149,7 +149,18 @@ class ServerSpec(_Strict):
         return None if v is None else parse_bytes(v)
 
 
-class LoadProbeSpec(_Strict):
+class _ProbeSpec(_Strict):
+    """What every probe spec has: how long one request may take (``request_timeout``: 90s, 10m)."""
+
+    request_timeout: float = 60.0
+
+    @field_validator("request_timeout", mode="before")
+    @classmethod
+    def _request_timeout(cls, v: Any) -> float:
+        return parse_duration(v)
+
+
+class LoadProbeSpec(_ProbeSpec):
     """A closed loop per concurrency level, measured in a steady-state window (see probes.load).
 
     ``duration``: the shortest window; ``max_duration``: the longest, extended toward it until
@@ -174,11 +185,6 @@ class LoadProbeSpec(_Strict):
     request_timeout: float = 120.0
     dataset: str | None = None
 
-    @field_validator("request_timeout", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> float:
-        return parse_duration(v)
-
     @field_validator("duration", "max_duration", mode="before")
     @classmethod
     def _level_duration(cls, v: Any) -> float:
@@ -201,7 +207,7 @@ class LoadProbeSpec(_Strict):
         return self.target if self.target is not None else max(self.concurrency)
 
 
-class RecallProbeSpec(_Strict):
+class RecallProbeSpec(_ProbeSpec):
     """A needle ladder (see probes.recall). ``lengths: auto`` (the default) derives the rungs from
     the server's configured per-request context: powers of two from ``start`` below it, then the
     context itself, so a config's context value is what it recalls, not what it was told. A list
@@ -217,11 +223,6 @@ class RecallProbeSpec(_Strict):
     seed: int = 0
     request_timeout: float = 600.0
 
-    @field_validator("request_timeout", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> float:
-        return parse_duration(v)
-
     @field_validator("lengths")
     @classmethod
     def _ascending(cls, lengths: list[int] | str) -> list[int] | str:
@@ -230,7 +231,7 @@ class RecallProbeSpec(_Strict):
         return lengths
 
 
-class ServedContextProbeSpec(_Strict):
+class ServedContextProbeSpec(_ProbeSpec):
     """The seeds' failure class: a buffer sized by the maximum context that fails only when long
     requests arrive. ``concurrency`` requests (default: the load probe's target) whose prompts fill
     the configured per-request context (prompt = context - ``output_tokens``) are sent at once and
@@ -240,24 +241,14 @@ class ServedContextProbeSpec(_Strict):
     output_tokens: int = Field(16, ge=1)
     request_timeout: float = 900.0
 
-    @field_validator("request_timeout", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> float:
-        return parse_duration(v)
 
-
-class OverloadProbeSpec(_Strict):
+class OverloadProbeSpec(_ProbeSpec):
     factor: float = Field(2.0, gt=1.0)
     capacity: int = Field(4, ge=1, description="used when the engine does not report its running-request limit")
     max_burst: int = Field(512, ge=2)
     prompt_tokens: int = Field(32, ge=1)
     output_tokens: int = Field(16, ge=1)
     request_timeout: float = 60.0
-
-    @field_validator("request_timeout", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> float:
-        return parse_duration(v)
 
 
 class ProbesSpec(_Strict):
