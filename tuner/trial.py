@@ -118,7 +118,6 @@ def run_trial(
     Raises :class:`~tuner.exceptions.ConfigInfeasible` (with evidence) when the server does not
     start, :class:`~tuner.exceptions.ProbeError` when it cannot be measured."""
     adapter = engines.get(space.engine)
-    trial_dir.mkdir(parents=True, exist_ok=True)
     with progress.bind(trial_dir), serve(space, params, trial_dir, partition, ledger=ledger) as served:
         probe_began = time.time()
         results: list[ProbeResult] = []
@@ -182,7 +181,7 @@ def _crash(
     details: dict[str, Any] = {"probe_began_at": began, **(first or {})}
     evidence = server.failure_evidence(signature="crashed_under_load", details=details, since=began)
     where = f" in {first['probe']}" + (f" at concurrency {first['concurrency']}" if first.get("concurrency") else "") if first else ""
-    what = "died" if died else "answered only errors"
+    what = "died" if server.died() else "answered only errors"  # after the evidence: it waited for an exit on its way
     return CrashedUnderLoad(f"the server {what} under load{where}: {evidence.describe()}", evidence=evidence)
 
 
