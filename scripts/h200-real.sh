@@ -28,12 +28,18 @@ if [ "$what" = kv ] || [ "$what" = all ]; then
 fi
 if [ "$what" = tune ] || [ "$what" = all ]; then
   study=$(basename "$space" .yaml)
-  python3 -m tuner run --space "$space" --study "$study" --timeout ${TUNE_TIMEOUT:-510s}
+  # --timeout only stops launching; a trial launched just before it runs on. DEADLINE (s from this
+  # script's start, default 550) stops the run with SIGTERM (its trials are stopped and recorded)
+  # so the status, front, exports and tarball below still fit in the device's 10-minute command.
+  # --foreground: the signal goes to `tune` alone, not to its process group (Ray's head processes
+  # in it, terminated first, left the driver unable to stop its trials: it was killed at -k).
+  hard=$(( ${DEADLINE:-550} - ($(date +%s) - t0) ))
+  timeout --foreground -s TERM -k 40 "$hard" python3 -m tuner run --space "$space" --study "$study" --timeout ${TUNE_TIMEOUT:-510s}
   echo "tune exit $? after $(( $(date +%s) - t0 ))s"
+  tar czf "$out/runs-$study.tgz" -C runs "$study"
   python3 -m tuner status --study "$study" | tail -30
   python3 -m tuner pareto --study "$study" --out "$out/$study-pareto" | tail -20
   for n in 4096 8192; do python3 -m tuner export --study "$study" --pick max-context --min-context $n --format cmd 2>&1 | tail -3; done
   python3 -m tuner trials --study "$study" --out "$out/$study-trials.csv"
-  tar czf "$out/runs-$study.tgz" -C runs "$study"
 fi
 nvidia-smi --query-gpu=index,memory.used --format=csv; ps -eo pid,pgid,cmd | grep -E "vllm|sglang" | grep -v grep || echo "no engine process left"

@@ -159,3 +159,111 @@ def test_missing_dataset_is_a_space_error() -> None:
     raw["probes"]["load"]["dataset"] = "/nope.jsonl"
     with pytest.raises(SpaceError, match="probes.load.dataset: dataset file '/nope.jsonl' does not exist"):
         validate(raw, "t.yaml")
+
+
+def _absorbs_one_cancel(sent: list[float]):
+    """A client loop whose first cancel is lost, the way one arriving inside httpcore's shielded
+    response close can be: without a second cancel it goes on sending for ever."""
+    import asyncio
+    import time
+
+    async def loop() -> None:
+        absorbed = False
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+                sent.append(time.monotonic())
+            except asyncio.CancelledError:
+                if absorbed:
+                    raise
+                absorbed = True
+
+    return loop()
+
+
+def test_clients_that_outlive_their_cancel_are_cancelled_again() -> None:
+    import asyncio
+    import time
+
+    from tuner.probes.load import stop_clients
+
+    sent: list[float] = []
+
+    async def main() -> list[asyncio.Task]:
+        tasks = [asyncio.create_task(_absorbs_one_cancel(sent)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(stop_clients(tasks, grace=5.0, every=0.1), timeout=3.0)
+        return tasks
+
+    stopped = time.monotonic()
+    tasks = asyncio.run(main())
+    assert all(t.cancelled() for t in tasks)
+    assert time.monotonic() - stopped < 2.0 and sent
+
+
+def test_a_client_still_running_after_the_grace_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    from tuner.probes.load import stop_clients
+
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if release.is_set():
+                    raise  # swallows every cancel until the test lets it go
+
+    async def main() -> bool:
+        task = asyncio.create_task(stubborn())
+        await asyncio.sleep(0.02)
+        await asyncio.wait_for(stop_clients([task], grace=0.3, every=0.1), timeout=3.0)
+        running = not task.done()
+        release.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return running
+
+    with caplog.at_level("WARNING", logger="tuner.probes.load"):
+        assert asyncio.run(main())  # stop_clients returned after its grace although the client runs on
+    assert "1 load client(s) still running 0s after the level was stopped" in caplog.text
+
+
+@pytest.mark.integration
+def test_a_lost_cancel_does_not_keep_the_level_running(tmp_path: Path, llama_server: Path, smollm2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the real llama-server, one client whose cancel is lost (as seen on the H200): the level
+    still ends near its window, and no request starts after it ended."""
+    import asyncio
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tuner.probes.load as load
+
+    real = load.stream_request
+    lost: list[float] = []
+    starts: list[float] = []
+
+    async def loses_one_cancel(client, url, body, headers, rec=None):  # type: ignore[no-untyped-def]
+        starts.append(time.perf_counter())
+        try:
+            return await real(client, url, body, headers, rec=rec)
+        except asyncio.CancelledError:
+            if lost:
+                raise
+            lost.append(time.perf_counter())
+            return rec
+
+    monkeypatch.setattr(load, "stream_request", loses_one_cancel)
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
+        server.wait_ready()
+        spec = LoadProbeSpec(concurrency=[2], prompt_tokens=48, output_tokens=64, duration=2, max_duration=3, warmup=1)
+        pool = ThreadPoolExecutor(1)  # not `with`: its exit would wait for a level that never ends
+        try:
+            result = pool.submit(LoadProbe(spec).run, handle(server)).result(timeout=60)
+        finally:
+            pool.shutdown(wait=False)
+    assert lost, "no cancel was lost: the test did not exercise the case"
+    assert result.metrics["errors@2"] == 0 and result.metrics["output_tok_s@2"] > 0
+    assert not [s for s in starts if s > lost[0] + 0.05]  # the lost cancel's client sent nothing more
