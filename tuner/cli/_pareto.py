@@ -16,8 +16,8 @@ from tuner.plots import front_html, front_png
 
 def pareto(
     studies: list[str] = typer.Option(..., "--study", help="study name, or NAME=STORAGE_URL; repeat to overlay"),
-    x: str = typer.Option(None, "--x", help="metric on x (default: the first study's second objective)"),
-    y: str = typer.Option(None, "--y", help="metric on y (default: the first study's first objective)"),
+    x: str = typer.Option(None, "--x", help="metric on x (default: the first study's context metric: its context objective, else the configured context)"),
+    y: str = typer.Option(None, "--y", help="metric on y (default: the first study's throughput objective)"),
     out: Path = typer.Option(None, "--out", help="file prefix for .png and .html (default runs/pareto-<studies>)"),
     ref_x: float = typer.Option(0.0, "--ref-x", help="hypervolume reference point, x"),
     ref_y: float = typer.Option(0.0, "--ref-y", help="hypervolume reference point, y"),
