@@ -242,11 +242,16 @@ def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = 
             raise ConfigError(f"trial {number} of study {study.study_name!r} is not a complete, feasible trial")
         return chosen[0]
     context = context_of(study)
+    every = items
     if min_context is not None:
         items = [c for c in items if (context(c) or 0) >= min_context]
     if not items:
         what = f" with {context_metric(study)} >= {min_context:g}" if min_context is not None else ""
-        raise ConfigError(f"study {study.study_name!r} has no complete, feasible trial to pick{what}")
+        offer = ""
+        if min_context is not None and any(context(c) is not None for c in every):
+            most = pick(study, "max-context")  # what the study can offer instead
+            offer = f" (the most it reached: {context(most):,.0f}, trial {most.number}, `--min-context {context(most):.0f}`)"
+        raise ConfigError(f"study {study.study_name!r} has no complete, feasible trial to pick{what}{offer}")
     signs_ = signs(study)
     throughput = role_index(study, "throughput") or 0
     if how == "max-throughput":
