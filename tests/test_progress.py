@@ -23,10 +23,21 @@ def test_launching_shows_the_engines_last_startup_phase(engine: str, fixture: st
     (tmp_path / "phase.json").write_text(json.dumps({"label": "launching", "at": time.time() - 42}))
     cut = log[: log.find("KV cache") if engine == "vllm" else log.find("KV Cache is allocated")]  # the log mid-start
     (tmp_path / "server.log").write_text(cut)
-    assert progress.describe(tmp_path, phases).startswith("launching: weights loaded" if engine == "vllm" else "launching: weights loaded")
+    assert progress.describe(tmp_path, phases).startswith("launching: weights loaded")
     (tmp_path / "server.log").write_text(log)
     line = progress.describe(tmp_path, phases)
     assert line.startswith(f"launching: {phase} (for 4") and line.endswith("s)")
+
+
+def test_sglang_0517_graph_capture_is_named(tmp_path: Path) -> None:
+    """SGLang 0.5.17 says "Capture target prefill CUDA graph begin" (44 s of that start on the H200)."""
+    log = (FIXTURES / "h200-sglang" / "trials" / "0" / "server.log").read_text(errors="replace")
+    phases = engines.get("sglang").startup_phases
+    (tmp_path / "phase.json").write_text(json.dumps({"label": "launching", "at": time.time()}))
+    (tmp_path / "server.log").write_text(log[: log.find("Capture target prefill CUDA graph end")])
+    assert progress.describe(tmp_path, phases).startswith("launching: capturing graphs")
+    (tmp_path / "server.log").write_text(log[: log.find("max_total_num_tokens=")])
+    assert progress.describe(tmp_path, phases).startswith("launching: graphs captured")
 
 
 def test_outside_a_trial_reporting_does_nothing_and_unknown_is_starting(tmp_path: Path) -> None:

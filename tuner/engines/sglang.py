@@ -72,8 +72,9 @@ class SglangAdapter(EngineAdapter):
         (r"Load weight begin", "loading weights"),
         (r"Load weight end", "weights loaded"),
         (r"KV Cache is allocated", "KV cache allocated"),
-        (r"Capture cuda graph begin", "capturing graphs"),
-        (r"Capture cuda graph end", "graphs captured"),
+        # 0.5.17: "Capture target prefill CUDA graph begin" / "... decode ..."; older: "Capture cuda graph begin"
+        (r"(?i)Capture (?:target \w+ )?cuda graph begin", "capturing graphs"),
+        (r"(?i)Capture (?:target \w+ )?cuda graph end", "graphs captured"),
         (r"The server is fired up", "API server up"),
     )
 
