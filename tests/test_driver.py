@@ -17,6 +17,7 @@ from tuner.driver import Driver, state_for
 from tuner.evidence import Evidence
 from tuner.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
 from tuner.executors import InlineExecutor
+from tuner.pick import candidates, pick
 from tuner.space import validate
 from tuner.study import open_study
 
@@ -152,6 +153,9 @@ def test_a_repeated_proposal_is_not_launched_again(tmp_path: Path, llama_server:
     first, second, third = study.get_trials()[:3]
     assert summary.launched == 2 and third.params == {"ctx-size": 4096}
     assert second.user_attrs["duplicate_of"] == first.number and second.values == first.values
+    feasible_configs = [c.number for c in candidates(study)]
+    assert second.number not in feasible_configs  # one config, one point on the front: the copy is not a second one
+    assert pick(study, f"trial:{second.number}").number == first.number  # asking for the copy gets its original
 
 
 @pytest.mark.integration

@@ -10,7 +10,7 @@ import pytest
 
 from tuner.engines._openai import counter_total
 from tuner.noise import NoiseFloor, differs, half_width, noise_floor
-from tuner.pick import pick
+from tuner.pick import candidates, pareto_front, pick, signs
 from tuner.space import RemeasureSpec
 
 
@@ -61,6 +61,16 @@ def test_a_config_within_noise_of_a_better_one_stays_on_the_front() -> None:
     study = _study({0: (100.0, 1024, 4.0), 1: (98.0, 1024, 4.0), 2: (60.0, 1024, 1.0)})
     knee = pick(study, "knee")
     assert {knee.number, *knee.ties} == {0, 1}  # trial 2 is dominated beyond noise
+
+
+def test_a_wide_ci_does_not_push_a_faster_config_off_the_front() -> None:
+    """The x2 night's trials 3 and 10: the most KV at 2,000 +- 1,956 tok/s (two batches) must not
+    dominate 3,346 +- 1,020 tok/s with less KV; a config slower in mean and with less KV still goes."""
+    night = {3: (1999.6, 1812108, 1956.1), 10: (3345.7, 684832, 1019.6), 6: (1500.0, 456777, 100.0), 9: (1787.4, 1812108, 116.5)}
+    study = _study(night)  # its trials are numbered 0..3 in this order
+    front = {list(night)[c.number] for c in pareto_front(candidates(study), signs(study))}
+    assert front == {3, 10, 9}  # 9 ties with 3 (same KV, within noise); 6 has less of both than 10, beyond noise on KV
+    assert pick(study, "max-throughput").number == 1
 
 
 def test_prometheus_counters_are_summed_over_samples() -> None:
