@@ -56,6 +56,7 @@ def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(clus
     from tuner.executors import RayExecutor
     from tuner.space import validate
     from tuner.study import open_study
+    from tuner.table import launched
 
     address, nodes = cluster
     raw = _two_partitions("multi")
@@ -81,6 +82,7 @@ def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(clus
     starts = sorted(t.datetime_start for t in trials)
     ends = sorted(t.datetime_complete for t in trials)
     assert starts[1] < ends[0]  # side by side, one per node
+    assert all(t.datetime_start <= launched(t) < t.datetime_complete for t in trials)  # asked, then launched, then done
 
 
 def test_a_new_executor_stops_orphans_on_every_node(cluster, tmp_path: Path) -> None:

@@ -346,6 +346,7 @@ class Driver:
         if partition is None:
             return False
         trial.set_user_attr("partition", list(partition.devices))
+        trial.set_user_attr("launched_at", time.time())  # asked is not launched: a trial may wait for its GPUs (tuner.table.launched)
         entry = _Running(trial, partition, time.monotonic())
         self._launching = entry
         future = self.executor.submit(self.space, params, self.run_dir.trial(trial.number), partition, self.ledger)

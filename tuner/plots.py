@@ -99,12 +99,15 @@ def timeline_html(study_trials: list) -> str:  # noqa: ANN001 - FrozenTrials
 
     colors = {"COMPLETE": "#2ca02c", "PRUNED": "#ff7f0e", "FAIL": "#d62728", "RUNNING": "#1f77b4"}
     rows: dict[str, list] = {}
+    from tuner.table import launched
+
     for t in study_trials:
         if t.datetime_start is None:
             continue
-        end = t.datetime_complete or t.datetime_start
+        start = launched(t) or t.datetime_start  # from its launch: waiting for GPUs is not holding them
+        end = max(t.datetime_complete or start, start)
         partition = "devices " + ",".join(map(str, t.user_attrs["partition"])) if t.user_attrs.get("partition") else "not launched"
-        rows.setdefault(t.state.name, []).append((partition, t.datetime_start, end, t))
+        rows.setdefault(t.state.name, []).append((partition, start, end, t))
     fig = go.Figure()
     for state, items in rows.items():
         fig.add_trace(go.Bar(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,18 @@ import pandas as pd
 
 from tuner.pick import feasible
 
-__all__ = ["trials_frame", "write_trials_csv"]
+__all__ = ["launched", "trials_frame", "write_trials_csv"]
 
 _METRICS = ("load.output_tok_s", "recall.effective_context", "capacity.context_per_request", "load.ttft_p99")
 _WHEN_MEASURED = ("telemetry.power_w", "telemetry.tokens_per_joule")  # columns only where a trial has them
+
+
+def launched(t: optuna.trial.FrozenTrial) -> datetime | None:
+    """When the trial got its partition and its server was started (Optuna's ``datetime_start``
+    is when it was asked: a tp-1 trial asked while a tp-2 trial holds both GPUs waits for them),
+    from the launch record, else its timings; None where it was never launched."""
+    stamp = t.user_attrs.get("launched_at") or t.user_attrs.get("timings", {}).get("started_at")
+    return datetime.fromtimestamp(stamp) if stamp else None
 
 
 def trials_frame(study: optuna.Study, *, every_metric: bool = False) -> pd.DataFrame:
@@ -42,6 +51,8 @@ def _row(study: optuna.Study, t: optuna.trial.FrozenTrial, every_metric: bool = 
     if every_metric:
         row.update({m: v for m, v in sorted(metrics.items()) if m not in row})
         row.update({f"timing.{k}": v for k, v in timings.items()})
+        row["partition"] = ",".join(map(str, t.user_attrs.get("partition", []))) or None
+        row["launched_at"] = at.isoformat() if (at := launched(t)) else None
         row["datetime_start"] = t.datetime_start.isoformat() if t.datetime_start else None
         row["datetime_complete"] = t.datetime_complete.isoformat() if t.datetime_complete else None
     return row
