@@ -24,13 +24,14 @@ def _study(name: str, tmp_path: Path) -> optuna.Study:
 
 
 def test_roles_follow_from_metric_names_unless_given() -> None:
-    assert role_of("load.output_tok_s@128") == "throughput"
+    assert role_of("load.output_tok_s@128") == "throughput" and role_of("load.output_tok_s_per_gpu") == "throughput"
     assert role_of("recall.effective_context") == "context"
     assert role_of("capacity.kv_tokens") == "capacity"
     assert role_of("load.error_rate") is None
     objective = load("throughput-slo")
     assert [o.role for o in objective.objectives] == ["throughput", "capacity"]
     assert objective.index_of("context") is None and load("throughput-vs-context-slo").index_of("context") == 1
+    assert load("throughput-per-gpu-vs-context").index_of("throughput") == 0 and load("throughput-per-gpu-slo").index_of("capacity") == 1
 
 
 def test_two_objectives_of_one_role_are_refused() -> None:

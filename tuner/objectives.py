@@ -32,7 +32,7 @@ _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.l
 Role = Literal["throughput", "context", "energy", "capacity", "latency"]
 # Where an objective set does not say, a metric's role follows from its name.
 _ROLE_OF = (
-    (re.compile(r"^load\.(output|total)_tok_s(@\d+)?$"), "throughput"),
+    (re.compile(r"^load\.(output|total)_tok_s(_per_gpu)?(@\d+)?$"), "throughput"),
     (re.compile(r"^(recall\.effective_context|served\.context|capacity\.context_per_request)$"), "context"),
     (re.compile(r"^telemetry\.tokens_per_joule(@\d+)?$"), "energy"),
     (re.compile(r"^capacity\.(kv_tokens|max_running_requests)$"), "capacity"),

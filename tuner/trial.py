@@ -22,7 +22,7 @@ from tuner.ledger import Ledger
 from tuner.partitions import Partition
 from tuner.engines import Command
 from tuner.probes import ServerHandle
-from tuner.probes.load import MAX_ERROR_RATE
+from tuner.probes.load import MAX_ERROR_RATE, per_gpu
 from tuner.probes.capacity import read_capacity
 from tuner.records import ProbeResult, Timings, TrialOutcome
 from tuner.server import ServerProcess
@@ -133,6 +133,8 @@ def run_trial(
             raise
         if (crash := _crash(served.server, results, probe_began)) is not None:
             raise crash
+        if partition.kind == "gpu":
+            results = [per_gpu(r, len(partition.devices)) if r.probe == "load" else r for r in results]
         if (measured := _telemetry(sampler, results, space)) is not None:
             results.append(measured)
         probe_s = time.time() - probe_began

@@ -11,7 +11,8 @@ from tuner.probes import LoadProbe
 from tuner.probes._stats import percentiles
 from tuner.probes._prompts import PromptMaker, Vocabulary
 from tuner.probes._window import batch_means, t975
-from tuner.probes.load import RequestRecord, summarize
+from tuner.probes.load import RequestRecord, per_gpu, summarize
+from tuner.records import ProbeResult
 from tuner.space import LoadProbeSpec, validate
 
 
@@ -267,3 +268,14 @@ def test_a_lost_cancel_does_not_keep_the_level_running(tmp_path: Path, llama_ser
     assert lost, "no cancel was lost: the test did not exercise the case"
     assert result.metrics["errors@2"] == 0 and result.metrics["output_tok_s@2"] > 0
     assert not [s for s in starts if s > lost[0] + 0.05]  # the lost cancel's client sent nothing more
+
+
+def test_throughput_per_gpu_divides_the_target_level_by_the_partition() -> None:
+    """The x2 night's trial 3 (tp 2): 2,000 +- 1,956 tok/s from one server is 1,000 +- 978 per GPU."""
+    load = ProbeResult("load", {"output_tok_s": 1999.6, "output_tok_s_ci": 1956.0, "ttft_p99": 0.24}, {"levels": {}})
+    two = per_gpu(load, 2)
+    assert two.metrics["output_tok_s_per_gpu"] == pytest.approx(999.8) and two.metrics["output_tok_s_per_gpu_ci"] == pytest.approx(978.0)
+    assert two.metrics["ttft_p99"] == 0.24 and two.details["gpus"] == 2  # latencies are per request: unchanged
+    assert per_gpu(load, 1).metrics["output_tok_s_per_gpu"] == 1999.6
+    failed = ProbeResult("load", {"error_rate": 1.0})
+    assert per_gpu(failed, 2) == failed  # nothing measured, nothing divided

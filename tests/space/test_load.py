@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,23 @@ def test_shipped_spaces_validate(name: str, monkeypatch: pytest.MonkeyPatch) -> 
     space, path = spaces.load(name)
     assert path.is_file()
     assert space.parameters
+
+
+def test_a_mixed_trial_size_ranked_per_server_is_warned(caplog: pytest.LogCaptureFixture) -> None:
+    """b300 mixes tp 4 and 8: per-server tok/s would favour the server on more GPUs; the shipped
+    space ranks per GPU and is not warned about."""
+    raw = yaml.safe_load((ROOT / "search_spaces" / "b300.yaml").read_text())
+    with caplog.at_level(logging.WARNING, logger="tuner.space._load"):
+        spaces.validate(raw, "b300.yaml")
+        assert not caplog.records
+        spaces.validate({**raw, "objectives": "throughput-vs-context"}, "b300.yaml")
+    assert "b300.yaml: objectives: the trial size varies with 'tp' but load.output_tok_s is per server" in caplog.text
+
+
+def test_throughput_per_gpu_is_for_gpu_spaces() -> None:
+    raw = yaml.safe_load((ROOT / "search_spaces" / "cpu-llamacpp.yaml").read_text())
+    with pytest.raises(SpaceError, match=r"cpu-llamacpp.yaml: objectives: .*'load.output_tok_s_per_gpu', which this space's probes do not measure"):
+        spaces.validate({**raw, "objectives": "throughput-per-gpu-slo"}, "cpu-llamacpp.yaml")
 
 
 def test_default_space_is_cpu_llamacpp() -> None:

@@ -36,10 +36,13 @@ def from_space(space: SearchSpace) -> list[Probe]:
 
 def metric_names(space: SearchSpace) -> set[str]:
     from tuner.telemetry import LEVEL_METRICS
+    from tuner.probes.load import PER_GPU_METRICS
 
     names = set(CAPACITY_METRICS)
     for probe in from_space(space):
         names |= {f"{probe.name}.{m}" for m in probe.metric_names(probe.spec)}
+    if space.probes.load is not None and space.hardware.kind == "gpu":  # tuner.probes.load.per_gpu
+        names |= {f"load.{m}" for m in PER_GPU_METRICS}
     if space.probes.load is not None:  # sampled during the load levels (tuner.telemetry)
         names |= {f"telemetry.{m}" for m in LEVEL_METRICS}
         names |= {f"telemetry.{m}@{c}" for m in LEVEL_METRICS for c in space.probes.load.concurrency}

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -31,7 +32,7 @@ from tuner.probes._window import batch_means
 from tuner.records import ProbeResult
 from tuner.space._model import LoadProbeSpec
 
-__all__ = ["LoadProbe", "RequestRecord", "stop_clients", "stream_request"]
+__all__ = ["PER_GPU_METRICS", "LoadProbe", "RequestRecord", "per_gpu", "stop_clients", "stream_request"]
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +219,21 @@ class LoadProbe(Probe):
         metrics["token_mismatch"] = float(mismatch)
         details = {"levels": {str(k): v for k, v in levels.items()}, "stop_reason": stop_reason}
         return ProbeResult(self.name, metrics, details)
+
+
+PER_GPU_METRICS = ("output_tok_s_per_gpu", "output_tok_s_per_gpu_ci")
+
+
+def per_gpu(result: ProbeResult, gpus: int) -> ProbeResult:
+    """``result`` with its target level's output tok/s (and CI) divided by the partition's GPUs.
+
+    Where the trial size is a parameter (tp 1 and 2, tp 4 and 8), a config on more GPUs serves
+    more per server but the node holds fewer of them: per GPU is what the node delivers when it
+    is filled with replicas of the config, the figure that ranks such configs."""
+    if gpus < 1 or "output_tok_s" not in result.metrics:
+        return result
+    added = {per: result.metrics[m] / gpus for per, m in zip(PER_GPU_METRICS, ("output_tok_s", "output_tok_s_ci"), strict=True) if m in result.metrics}
+    return replace(result, metrics={**result.metrics, **added}, details={**result.details, "gpus": gpus})
 
 
 async def stop_clients(tasks: list[asyncio.Task[Any]], *, grace: float, every: float = 0.5) -> None:

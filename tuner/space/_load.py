@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from tuner import engines, objectives
 from tuner.exceptions import ConfigError, SpaceError
 from tuner.space._constraints import parse_constraint
 from tuner.space._model import SearchSpace
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_SPACE", "load", "resolve_path", "validate"]
 
@@ -108,3 +111,12 @@ def _cross_check(space: SearchSpace, source: str) -> None:
             raise SpaceError(
                 source, "objectives", f"{objective.name}: {key} uses {metric!r}, which this space's probes do not measure"
             )
+    throughput = objective.index_of("throughput")
+    per_trial = space.hardware.per_trial
+    if isinstance(per_trial, str) and throughput is not None and "_per_gpu" not in (metric := objective.objectives[throughput].metric):
+        logger.warning(
+            "%s: objectives: the trial size varies with %r but %s is per server: a config on more GPUs "
+            "looks faster while the node holds fewer of them (load.output_tok_s_per_gpu ranks them: "
+            "objectives throughput-per-gpu-slo or throughput-per-gpu-vs-context)",
+            source, per_trial, metric,
+        )
