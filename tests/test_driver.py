@@ -183,3 +183,37 @@ def test_a_partition_whose_gpu_is_held_is_refused_naming_the_holder(tmp_path: Pa
     study = open_study(space, objective, name="held0", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
     summary = Driver(space, study, objective, RunDir(tmp_path / "held0"), InlineExecutor(), trials=1, hygiene=hygiene).run()
     assert summary.launched == 0 and "pid 4242" in summary.stop_reason
+
+
+@pytest.mark.integration
+def test_a_smaller_trial_uses_the_partition_a_larger_one_waits_beside(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    """tp 1 and 2 mixed on two devices, as on the x2 night (here llama-server threads on two
+    cores, through `tune run` and Ray): trial 0 takes core 0, trial 1 needs both and waits, and
+    trial 2 (one core) starts on core 1 beside trial 0 instead of leaving it idle; trial 1 then
+    gets both cores, once, and nothing overtakes it again."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tuner.table import launched
+
+    raw = tiny_space(name="mixed")
+    raw["server"]["flags"].pop("threads")
+    raw["parameters"] = {"threads": {"type": "categorical", "choices": [1, 2]}, "ctx-size": {"type": "categorical", "choices": [2048, 3072, 4096]}}
+    raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": "threads"}
+    raw["enqueue"] = [{"threads": 1, "ctx-size": 2048}, {"threads": 2, "ctx-size": 2048}, {"threads": 1, "ctx-size": 3072}, {"threads": 1, "ctx-size": 4096}]
+    raw["budget"] = {"trials": 4}
+    (tmp_path / "mixed.yaml").write_text(yaml.safe_dump(raw))
+    run = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--space", "mixed.yaml", "--study", "mixed"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    study = optuna.load_study(study_name="mixed", storage=f"sqlite:///{tmp_path / 'runs' / 'mixed' / 'study.db'}")
+    first, large, beside, last = study.get_trials()
+    assert [t.state for t in (first, large, beside, last)] == [TrialState.COMPLETE] * 4, [t.user_attrs.get("error") for t in study.trials]
+    assert (first.user_attrs["partition"], large.user_attrs["partition"], beside.user_attrs["partition"]) == ([0], [0, 1], [1])
+    assert launched(beside) < first.datetime_complete  # side by side: core 1 did not wait for trial 0
+    assert launched(large) >= max(first.datetime_complete, beside.datetime_complete)  # both cores, once both were free
+    assert launched(last) >= large.datetime_complete  # passed once (one other partition): trial 3 did not pass it again

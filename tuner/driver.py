@@ -39,7 +39,17 @@ logger = logging.getLogger(__name__)
 STARTS = "server starts"
 NOT_LAUNCHED = {"invalid_combination", "screened", "duplicate_of"}
 MAX_INVALID_IN_A_ROW = 200
+MAX_WAITING = 2  # asked trials waiting for a partition: the first in line and one that may pass it
 PAUSED = "paused"
+
+
+@dataclass
+class _Waiting:
+    """An asked trial whose partition is not free yet; ``overtaken``: trials launched before it since."""
+
+    trial: optuna.Trial
+    params: dict[str, Any]
+    overtaken: int = 0
 
 
 @dataclass(frozen=True)
@@ -294,27 +304,30 @@ class Driver:
         self._pause_at = pause_at
         began = time.monotonic()
         summary = RunSummary()
-        pending: tuple[optuna.Trial, dict[str, Any]] | None = None
+        waiting: list[_Waiting] = []  # asked, not launched yet: no partition of their size was free
         invalid_in_a_row = 0
         try:
             while True:
                 stop = self._stop_reason(len(self._running))
                 while not stop and len(self._running) < self.executor.max_parallel:
-                    if pending is None:
-                        trial, params = self._ask_valid()
-                        if trial is None:
-                            invalid_in_a_row += 1
-                            if invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
-                                stop = (
-                                    f"{MAX_INVALID_IN_A_ROW} proposals in a row were not launched (constraint breaks, "
-                                    "repeats, predicted failures): the space looks exhausted"
-                                )
-                            continue
-                        invalid_in_a_row, pending = 0, (trial, params)
-                    if not self._launch(*pending):
-                        break  # no partition free for this size yet: wait for one
-                    pending, summary.launched = None, summary.launched + 1
-                    stop = self._stop_reason(len(self._running))
+                    if self._launch_waiting(waiting):
+                        summary.launched += 1
+                        stop = self._stop_reason(len(self._running))
+                        continue
+                    full = len(waiting) >= MAX_WAITING or (waiting and not self._may_overtake(waiting))
+                    if full or self._stop_reason(len(self._running) + len(waiting)):
+                        break  # wait for a partition to free
+                    trial, params = self._ask_valid()
+                    if trial is None:
+                        invalid_in_a_row += 1
+                        if invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
+                            stop = (
+                                f"{MAX_INVALID_IN_A_ROW} proposals in a row were not launched (constraint breaks, "
+                                "repeats, predicted failures): the space looks exhausted"
+                            )
+                        continue
+                    invalid_in_a_row = 0
+                    waiting.append(_Waiting(trial, params))
                 if not self._running:
                     summary.stop_reason = stop or "; ".join(self.refusals) or "nothing left to run"
                     break
@@ -331,12 +344,35 @@ class Driver:
             self._abandon(f"interrupted: {type(exc).__name__}")
             raise
         finally:
-            if pending is not None:
-                tell(self.study, pending[0], Verdict(TrialState.FAIL, attrs={"error": "asked but never launched: the run stopped"}))
+            for never in waiting:
+                tell(self.study, never.trial, Verdict(TrialState.FAIL, attrs={"error": "asked but never launched: the run stopped"}))
             summary.wall_s = time.monotonic() - began
             if self.write_csv:
                 write_trials_csv(self.study, self.run_dir.trials_csv)
         return summary
+
+    def _launch_waiting(self, waiting: list[_Waiting]) -> bool:
+        """Launch the first waiting trial whose partition is free, in the order they were asked;
+        the ones it passes count it. A first in line that may not be passed again is the only one tried."""
+        for i, entry in enumerate(waiting):
+            if i > 0 and not self._may_overtake(waiting):
+                return False
+            if self._launch(entry.trial, entry.params):
+                for passed in waiting[:i]:
+                    passed.overtaken += 1
+                    size = trial_size(self.space.hardware.per_trial, passed.params)
+                    logger.info("trial %d launched before trial %d, which waits for %d devices", entry.trial.number, passed.trial.number, size)
+                del waiting[i]
+                return True
+        return False
+
+    def _may_overtake(self, waiting: list[_Waiting]) -> bool:
+        """Whether a trial asked later may start before the first in line, which waits for a
+        larger partition (tp 2 while a tp-1 trial holds one of the two GPUs). Without it a free GPU
+        sits idle for a whole trial; with no bound the large trial could wait all night. Each
+        trial may be passed ``max_parallel - 1`` times (at most one trial per other partition);
+        at most ``MAX_WAITING`` trials wait at once."""
+        return waiting[0].overtaken < self.executor.max_parallel - 1
 
     def _launch(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
         size = trial_size(self.space.hardware.per_trial, params)
