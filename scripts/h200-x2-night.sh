@@ -21,11 +21,27 @@ if [ -f /tmp/gd0/half0 ] && [ -f .gpu/deps/d0b/half1 ]; then
 fi
 source scripts/h200-install.sh sglang || exit 1
 echo "installed after $(( $(date +%s) - t0 ))s"
-leftovers() {  # what the GPUs hold and which engine processes live, in words
+ls /proc | grep -E '^[0-9]+$' > /tmp/baseline-pids   # every process that lives before the run
+leftovers() {  # what the GPUs hold and every process started since the baseline, in words
   echo "--- leftovers ($1) at $(( $(date +%s) - t0 ))s"
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
-  ps -eo pid,pgid,ppid,stat,args | grep -E "sglang|tuner run|raylet|gcs_server|ray::" | grep -v -E "grep|defunct" || echo "no engine, tune or Ray process"
+  # by pid, not by name: SGLang's scheduler processes are multiprocessing spawns whose command
+  # line has no "sglang" in it (the crash run's name pattern missed two that the ledger stopped)
+  python3 - /tmp/baseline-pids "$$" <<'PY'
+import os, sys
+base = set(open(sys.argv[1]).read().split()) | {str(os.getpid()), str(os.getppid()), sys.argv[2]}
+found = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        continue
+    if pid not in base and stat[0] != "Z" and cmd and not cmd.startswith(("nvidia-smi", "sleep", "tee")):
+        found.append(f"{pid} pgid {stat[2]} ppid {stat[1]} {stat[0]} {cmd[:160]}")
+print("\n".join(found) or "no process started since the baseline is alive")
+PY
 }
 if [ "$kill_after" -gt 0 ]; then
   python3 -m tuner run --space "$space" --study "$study" "${trials[@]}" --timeout 480s > "$out/$study-run1.log" 2>&1 &
