@@ -217,3 +217,23 @@ def test_a_smaller_trial_uses_the_partition_a_larger_one_waits_beside(tmp_path: 
     assert launched(beside) < first.datetime_complete  # side by side: core 1 did not wait for trial 0
     assert launched(large) >= max(first.datetime_complete, beside.datetime_complete)  # both cores, once both were free
     assert launched(last) >= large.datetime_complete  # passed once (one other partition): trial 3 did not pass it again
+
+
+def test_recovery_tells_a_trial_that_ran_from_one_that_only_waited(tmp_path: Path) -> None:
+    """The x2 night's kill -9: trial 1 (tp 2) held both GPUs, trial 2 (tp 2) was asked and
+    waited for them; both were RUNNING in the study. Only the first ran; both are re-queued."""
+    from tuner.driver import recover
+    from tuner.ledger import Ledger
+
+    study = optuna.create_study()
+    ran, waited = study.ask({"tp": optuna.distributions.CategoricalDistribution([1, 2])}), study.ask()
+    ran.set_user_attr("partition", [0, 1])
+    waited.suggest_categorical("tp", [1, 2])
+    notes = recover(study, Ledger(tmp_path / "servers"))
+    assert notes == [
+        "trial 0 was interrupted: recorded as FAIL, params re-queued",
+        "trial 1 was asked, never launched: recorded as FAIL, params re-queued",
+    ]
+    first, second = study.trials[:2]
+    assert first.user_attrs["error"] == "interrupted: the tuner stopped while this trial ran"
+    assert second.user_attrs["error"] == "asked but never launched: the tuner stopped"

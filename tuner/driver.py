@@ -212,8 +212,10 @@ def recover(study: optuna.Study, ledger: Ledger) -> list[str]:
     ]
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial = optuna.Trial(study, frozen._trial_id)
-        tell(study, trial, Verdict(TrialState.FAIL, attrs={"error": "interrupted: the tuner stopped while this trial ran"}))
-        note = f"trial {frozen.number} was interrupted: recorded as FAIL"
+        ran = "partition" in frozen.user_attrs  # else it was asked and waited for its partition
+        error = "interrupted: the tuner stopped while this trial ran" if ran else "asked but never launched: the tuner stopped"
+        tell(study, trial, Verdict(TrialState.FAIL, attrs={"error": error}))
+        note = f"trial {frozen.number} was {'interrupted' if ran else 'asked, never launched'}: recorded as FAIL"
         if "requeued_from" not in frozen.user_attrs and frozen.params:
             study.enqueue_trial(frozen.params, user_attrs={"requeued_from": frozen.number})
             note += ", params re-queued"
