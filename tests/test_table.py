@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from datetime import datetime
 
 import optuna
@@ -30,3 +31,21 @@ def test_a_trial_that_waited_for_its_gpus_is_shown_from_its_launch() -> None:
     frame = trials_frame(study, every_metric=True)
     assert list(frame["partition"][:1]) == ["0"] and frame["launched_at"][0] == datetime.fromtimestamp(launched_at).isoformat()
     assert frame[["launched_at", "partition"]].iloc[2].isna().all()  # never launched
+
+
+def test_on_the_x2_night_no_gpu_ran_two_trials_at_once(tmp_path: Path) -> None:
+    """The committed x2 night (tp 1 and 2 mixed, before trials could pass a waiting one): from
+    each launch to each end, no GPU holds two trials, and trial 1 (tp 2) launched only when trial
+    0 had freed GPU 0, 2.5 minutes after it was asked."""
+    import shutil
+
+    db = tmp_path / "study.db"
+    shutil.copy(Path(__file__).parent / "fixtures" / "gpu" / "x2-tp-night" / "study.db", db)
+    study = optuna.load_study(study_name="x2-tp-night", storage=f"sqlite:///{db}")
+    ran = [t for t in study.get_trials(deepcopy=False) if launched(t) is not None]
+    for gpu in (0, 1):
+        spans = sorted((launched(t), t.datetime_complete) for t in ran if gpu in t.user_attrs["partition"])
+        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
+    first, large = ran[0], ran[1]
+    assert large.user_attrs["partition"] == [0, 1] and launched(large) >= first.datetime_complete
+    assert (launched(large) - large.datetime_start).total_seconds() > 120
