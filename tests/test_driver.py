@@ -237,3 +237,54 @@ def test_recovery_tells_a_trial_that_ran_from_one_that_only_waited(tmp_path: Pat
     first, second = study.trials[:2]
     assert first.user_attrs["error"] == "interrupted: the tuner stopped while this trial ran"
     assert second.user_attrs["error"] == "asked but never launched: the tuner stopped"
+
+
+class _Timed:
+    """An executor double for the scheduling rule at the user's 8-GPU shape (no engine runs): each
+    trial ends after ``seconds`` as a failed start (pruned, so it counts toward the budget)."""
+
+    def __init__(self, max_parallel: int, seconds: float) -> None:
+        self.max_parallel, self.seconds = max_parallel, seconds
+
+    def submit(self, space, params, trial_dir, partition, ledger=None):  # noqa: ANN001, ANN201
+        import threading
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        failed = StartupFailed("no engine here", evidence=Evidence(argv=("engine",), elapsed_s=self.seconds, signature="scripted"))
+        threading.Timer(self.seconds, future.set_exception, args=(failed,)).start()
+        return future
+
+    def cancel(self, future, *, force: bool) -> None:  # noqa: ANN001
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_on_eight_gpus_a_tp8_trial_is_passed_at_most_once(tmp_path: Path) -> None:
+    """b300's shape: tp 4 and 8 on 8 GPUs, two tp-4 partitions at most. While a tp-8 trial waits, one
+    tp-4 trial may take the free half; then nothing else starts before it, however many tp-4 trials
+    the sampler asks for; no GPU ever holds two trials."""
+    from tuner.table import launched
+
+    raw = tiny_space(name="eight")
+    sizes = [4, 8, 4, 4, 4, 8, 4, 4, 8, 4]
+    raw["parameters"] = {"tp": {"type": "categorical", "choices": [4, 8]}, "ctx-size": {"type": "categorical", "choices": [1024 * (i + 1) for i in range(len(sizes))]}}
+    raw["enqueue"] = [{"tp": s, "ctx-size": 1024 * (i + 1)} for i, s in enumerate(sizes)]
+    raw["hardware"] = {"kind": "gpu", "devices": list(range(8)), "per_trial": "tp"}
+    raw["budget"] = {"trials": len(sizes)}
+    space = validate(raw, "eight.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="eight", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="eight.yaml")
+    summary = Driver(space, study, objective, RunDir(tmp_path / "eight"), _Timed(max_parallel=2, seconds=1.0), trials=len(sizes)).run()
+    trials = study.get_trials()
+    assert summary.launched == len(sizes) and [len(t.user_attrs["partition"]) for t in trials] == sizes
+    for t in trials:
+        if len(t.user_attrs["partition"]) == 8:
+            passed = [o.number for o in trials if o.number > t.number and launched(o) < launched(t)]
+            assert len(passed) <= 1, (t.number, passed)
+    for gpu in range(8):
+        spans = sorted((launched(t), t.datetime_complete) for t in trials if gpu in t.user_attrs["partition"])
+        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:])), gpu
+    assert launched(trials[2]) < trials[0].datetime_complete  # the free half did not idle while trial 1 waited
