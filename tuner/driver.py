@@ -356,9 +356,7 @@ class Driver:
     def _launch_waiting(self, waiting: list[_Waiting]) -> bool:
         """Launch the first waiting trial whose partition is free, in the order they were asked;
         the ones it passes count it. A first in line that may not be passed again is the only one tried."""
-        for i, entry in enumerate(waiting):
-            if i > 0 and not self._may_overtake(waiting):
-                return False
+        for i, entry in enumerate(waiting if self._may_overtake(waiting) else waiting[:1]):
             if self._launch(entry.trial, entry.params):
                 for passed in waiting[:i]:
                     passed.overtaken += 1
@@ -372,9 +370,8 @@ class Driver:
         """Whether a trial asked later may start before the first in line, which waits for a
         larger partition (tp 2 while a tp-1 trial holds one of the two GPUs). Without it a free GPU
         sits idle for a whole trial; with no bound the large trial could wait all night. Each
-        trial may be passed ``max_parallel - 1`` times (at most one trial per other partition);
-        at most ``MAX_WAITING`` trials wait at once."""
-        return waiting[0].overtaken < self.executor.max_parallel - 1
+        trial may be passed ``max_parallel - 1`` times (at most one trial per other partition)."""
+        return bool(waiting) and waiting[0].overtaken < self.executor.max_parallel - 1
 
     def _launch(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
         size = trial_size(self.space.hardware.per_trial, params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.pareto import StudyFront
+from tuner.table import launched
 
 __all__ = ["concurrency_html", "front_html", "front_png", "importance_html", "power_html", "timeline_html"]
 
@@ -99,8 +100,6 @@ def timeline_html(study_trials: list) -> str:  # noqa: ANN001 - FrozenTrials
 
     colors = {"COMPLETE": "#2ca02c", "PRUNED": "#ff7f0e", "FAIL": "#d62728", "RUNNING": "#1f77b4"}
     rows: dict[str, list] = {}
-    from tuner.table import launched
-
     for t in study_trials:
         if t.datetime_start is None:
             continue
