@@ -62,10 +62,10 @@ def run(
             the_space, objective, name=name, storage=storage or run_dir.db_url, source=str(path), force=force, sampler=sampler
         )
         lock.lease(the_study)
-        _run_locked(the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure)
+        _run_locked(the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure, lock)
 
 
-def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure) -> None:  # noqa: ANN001, PLR0913
+def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure, lock) -> None:  # noqa: ANN001, PLR0913
     """The run itself, while this process holds the study (recovery must never touch another run's servers)."""
     engines.get(the_space.engine).provision(progress_bar)
     ledger = Ledger(run_dir.root / "servers")
@@ -83,6 +83,7 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
         trials=budget, timeout=limit, trial_timeout=the_space.budget.trial_timeout, on_trial=_report,
         on_tick=PhaseLine(engines.get(the_space.engine).startup_phases),
     )
+    lock.on_lost = driver.request_stop  # taken over after a stall: stop before telling trials another driver now owns
     hw = the_space.hardware
     echo(f"  {hw.kind} devices {hw.devices}, {runner.max_parallel} trial(s) at a time ({executor})")
     if isinstance(hw.per_trial, int):

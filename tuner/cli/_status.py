@@ -6,6 +6,7 @@ import optuna
 import typer
 
 from tuner.cli._common import echo, echo_table, open_existing
+from tuner.lock import lease_of
 from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.table import trials_frame
 
@@ -30,8 +31,21 @@ def print_table(study: optuna.Study) -> None:
     echo_table(shown.astype(object).where(shown.notna(), None).to_dict("records"))
     counts = frame["state"].value_counts().to_dict()
     echo(f"\ntrials by state: {counts}")
+    if counts.get("RUNNING") and (stale := stale_running(study)):
+        echo(stale)
     print_noise(study)
     print_best(study)
+
+
+def stale_running(study: optuna.Study, stale_after: float = 60.0) -> str:
+    """A line when RUNNING trials have no live driver (its lease is gone or stale), else ''."""
+    held = lease_of(study)
+    if held is not None and held.alive(stale_after):
+        return ""
+    running = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
+    who = f"{held.describe()}, last heartbeat {held.age():.0f}s ago" if held is not None else "no driver holds the study"
+    return (f"stale: trial(s) {', '.join(map(str, running))} show RUNNING but their driver is gone ({who}); "
+            f"the next `tune run --study {study.study_name}` records them as interrupted and re-queues them")
 
 
 def print_best(study: optuna.Study) -> None:
