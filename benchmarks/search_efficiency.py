@@ -28,6 +28,7 @@ pre-screen false skips (skipped configs that would have started).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import statistics
@@ -51,7 +52,9 @@ from tuner.exceptions import ConfigInfeasible, StartupFailed  # noqa: E402
 from tuner.objectives import ObjectiveSet  # noqa: E402
 from tuner.pick import hypervolume_2d  # noqa: E402
 from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome  # noqa: E402
-from tuner.screen import screen_for  # noqa: E402
+from tuner.engines import vllm  # noqa: E402
+from tuner.memory import MemoryModel  # noqa: E402
+from tuner.screen import Screen, screen_for  # noqa: E402
 from tuner.space import validate  # noqa: E402
 
 TABLES = ROOT / "docs" / "data" / "search-tables"  # committed: the figures in docs/ replay from a clone
@@ -83,6 +86,7 @@ class Table:
     descending: bool  # lowering memory = going down this list (True) or up (False)
     rows: dict[str, dict[str, Any]]  # key(params) -> {"ok": bool, "tok_s", "context", "kv_tokens", "signature", "details"}
     context_floor: int
+    memory: MemoryModel | None = None  # the screen's memory model, where the table's engine is not the adapter's
 
     def key(self, params: dict[str, Any]) -> str:
         return json.dumps({k: params[k] for k in self.grid}, sort_keys=True)
@@ -127,11 +131,25 @@ def cpu_table() -> Table:
     return Table("CPU llama.cpp (measured)", "llamacpp", CPU_GRID, "ctx-size", True, data["rows"], 8192)
 
 
+# ---------------------------------------------------------------- the GPU table (measured on the H200)
+def h200_table() -> Table:
+    """benchmarks/gpu_table.py's table of benchmarks/spaces/h200-vllm-grid.yaml (scripts/h200-grid.sh)."""
+    data = json.loads((TABLES / "h200-vllm-grid.json").read_text())
+    if data["unmeasured"]:
+        sys.exit(f"error: the H200 table has {len(data['rows'])} of {len(data['rows']) + len(data['unmeasured'])} configs measured: "
+                 "a search replayed on it would look up configs nobody measured; resume it with scripts/h200-grid.sh")
+    return Table("H200 vLLM 0.26 (measured, SmolLM2 real weights, graphs on)", "vllm", data["grid"], "gpu-memory-utilization", True,
+                 data["rows"], 16384)
+
+
 # ---------------------------------------------------------------- the GPU table (simulation)
 def gpu_table() -> Table:
     gb, kib = 1e9, 1024
     rows = {}
-    t = Table("GPU vLLM (SIMULATION)", "vllm", GPU_GRID, "gpu-memory-utilization", True, rows, 131072)
+    # its buffers grow with max-model-len (real vLLM 0.26's pool does not: the h200 table), so the
+    # screen is told the pool shrinks with the length
+    memory = dataclasses.replace(vllm.MEMORY, pool_independent_of_length=False)
+    t = Table("GPU vLLM (SIMULATION)", "vllm", GPU_GRID, "gpu-memory-utilization", True, rows, 131072, memory)
     for p in t.configs():
         u, length, seqs = p["gpu-memory-utilization"], p["max-model-len"], p["max-num-seqs"]
         buffers = (1.5 + 0.004 * seqs + 0.5 * length / 32768) * gb
@@ -199,7 +217,7 @@ def replay_optuna(table: Table, sampler: optuna.samplers.BaseSampler, *, screen:
     study = optuna.create_study(directions=OBJECTIVE.directions, sampler=sampler)
     with tempfile.TemporaryDirectory() as tmp:
         Driver(space, study, OBJECTIVE, RunDir(Path(tmp)), executor, trials=budget, write_csv=False,
-               screen=screen_for(table.engine) if screen else None).run()
+               screen=(Screen(table.memory) if table.memory else screen_for(table.engine)) if screen else None).run()
     screened = [t for t in study.trials if t.user_attrs.get("screened")]
     false_skips = sum(1 for t in screened if table.rows[table.key(t.params)]["ok"])
     return executor.launches, (false_skips, len(screened))
@@ -292,7 +310,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--measure", action="store_true", help="re-measure the CPU table on the real llama-server")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--tables", default="cpu,gpu", help="which tables: cpu (measured), gpu (simulation)")
+    parser.add_argument("--tables", default="cpu,h200,gpu", help="which tables: cpu (measured), h200 (measured), gpu (simulation)")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     import warnings
@@ -306,7 +324,7 @@ def main(argv: list[str] | None = None) -> str:
     if "cpu" in chosen and args.measure:
         measure_cpu_table(path)
     lines = [f"command: python benchmarks/search_efficiency.py --seeds {args.seeds} --tables {args.tables}", ""]
-    for table in [make() for name, make in (("cpu", cpu_table), ("gpu", gpu_table)) if name in chosen]:
+    for table in [make() for name, make in (("cpu", cpu_table), ("h200", h200_table), ("gpu", gpu_table)) if name in chosen]:
         lines += run(table, args.seeds)
     text = "\n".join(lines)
     print(text)

@@ -28,7 +28,7 @@ from tuner.partitions import Partition, PartitionPool, trial_size
 from tuner.objectives import Evaluation, ObjectiveSet
 from tuner.pick import named_constraints
 from tuner.records import TrialOutcome
-from tuner.screen import Screen
+from tuner.screen import NOT_LAUNCHED, Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
 
@@ -37,7 +37,6 @@ __all__ = ["PAUSED", "Driver", "TrialReport", "Verdict", "grade", "record", "rec
 logger = logging.getLogger(__name__)
 
 STARTS = "server starts"
-NOT_LAUNCHED = {"invalid_combination", "screened", "duplicate_of"}
 MAX_INVALID_IN_A_ROW = 200
 MAX_WAITING = 2  # asked trials waiting for a partition: the first in line and one that may pass it
 PAUSED = "paused"
@@ -416,6 +415,7 @@ class Driver:
 
     def _ask_valid(self) -> tuple[optuna.Trial | None, dict[str, Any]]:
         """Ask for a trial; one that breaks a constraint is pruned at once, never launched."""
+        self._requeue_contradicted()
         trial = self.study.ask()
         params = suggest(trial, self.space)
         broken = violated_constraints(self.space, params)
@@ -461,6 +461,24 @@ class Driver:
         record(self.study, trial, self.run_dir, self.objective, error=ScreenedOut(prediction.reason, evidence=evidence))
         logger.info("trial %d not launched: predicted %s (%s)", trial.number, prediction.signature, prediction.reason)
         return True
+
+    def _requeue_contradicted(self) -> None:
+        """Re-propose, once, the configs skipped on the word of a failure that a later start
+        contradicted (the sampler was told they cannot start; it was wrong)."""
+        if self.screen is None:
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        self.screen.fit(trials, self.space.values)
+        wrong = self.screen.contradicted()
+        if not wrong:
+            return
+        done = {t.user_attrs.get("rescreen_of") for t in trials}
+        for t in trials:
+            source = ((t.user_attrs.get("evidence") or {}).get("details") or {}).get("from_trial")
+            if t.user_attrs.get("screened") and source in wrong and t.number not in done:
+                self.study.enqueue_trial(t.params, user_attrs={"rescreen_of": t.number})
+                logger.warning("trial %d's config re-proposed: it was skipped on the word of trial %d, which trial %d contradicts "
+                               "(it started with no more memory)", t.number, source, wrong[source])
 
     def _enforce_trial_timeout(self) -> None:
         if self.trial_timeout is None:

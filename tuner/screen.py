@@ -1,156 +1,182 @@
-"""Pre-screen: predict from the study's own history that a config cannot start, and skip it.
+"""Pre-screen: skip a config only when the study's own evidence says it cannot start.
 
-Every launch of a config that cannot start costs a full startup (minutes on GPUs). Each engine
-has a small memory model; it is fitted to the study's finished trials (successes with their
-capacity lines, failures with the numbers the engine printed) and only predicts a failure when
-the evidence is one-sided:
+Every launch of a config that cannot start costs a full startup (minutes on GPUs), but a config
+skipped wrongly is worse: the sampler is told a region is infeasible and never goes back. So the
+screen never extrapolates. Configs are compared through their engine's memory model
+(:class:`tuner.memory.MemoryModel`, declared by each adapter) and a config is skipped only when:
 
-- llama.cpp: the KV cache a config needs (ctx-size x bytes per token of its K and V types) is
-  compared with configs already tried. Needing at least as much as a config whose KV did not
-  fit -> fails; needing no more than a config that started -> starts; otherwise: launch.
-- vLLM / SGLang: the KV pool grows linearly with the memory fraction (gpu-memory-utilization,
-  mem-fraction-static). Points come from capacity lines of successes and from failures that
-  name the pool (vLLM's "estimated maximum model length"). With two points the line predicts
-  the pool of a new fraction; a pool <= 0, or smaller than the asked max-model-len, fails.
-  A context length above the model's derived one (seen once in a failure) fails.
+1. **dominated by a failure**: a launched config failed for lack of memory (a ``monotone``
+   signature) and this one has no more room on every room axis, at least the need on every need
+   axis, and every knob the model does not know equal; or
+2. **named by the engine**: a failed config's engine named the longest length its memory holds
+   (vLLM's "estimated maximum model length"), and this config, no roomier and no less needy on the
+   other axes, asks for more; or a config that started reported its KV pool and this one, no
+   roomier, asks for a length above that pool where the engine needs it to fit (vLLM); or an
+   earlier failure named the model's own longest context (SGLang's derived length) and this
+   config asks for more.
 
-A skipped config becomes a PRUNED trial whose evidence is the prediction (never silent).
+A config with at least the room and at most the need of one that started is never skipped. A
+failure contradicted by a later start (a config that needed at least as much and started) is no
+evidence any more: the configs skipped on its word are re-proposed (:meth:`Screen.contradicted`).
+A skipped config becomes a PRUNED trial whose evidence is the prediction and the trial it came
+from (never silent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.memory import MemoryModel
+
 __all__ = ["Prediction", "Screen", "screen_for"]
 
-# bytes per token per layer-set of SmolLM2-135M's K (or V) cache, from llama.cpp's own KV sizes
-# (engines.md: 180 MiB f16, 95.6 MiB q8_0, 50.6 MiB q4_0 at 8192 tokens, K+V): K and V alike.
-LLAMACPP_KV_BYTES = {"f16": 11.25 * 1024, "bf16": 11.25 * 1024, "q8_0": 5.98 * 1024, "q4_0": 3.16 * 1024, "q4_1": 3.52 * 1024, "q5_0": 3.87 * 1024, "q5_1": 4.22 * 1024}
+NOT_LAUNCHED = frozenset({"screened", "duplicate_of", "invalid_combination"})
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """A predicted failure, with the numbers behind it."""
+    """A predicted failure, with the numbers behind it (``from_trial``: the evidence)."""
 
     signature: str
     reason: str
     numbers: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Point:
+    number: int
+    started: bool
+    signature: str | None
+    values: Mapping[str, Any]
+    room: tuple[float | None, ...]
+    needs: tuple[tuple[str, float | None], ...]  # (axis name, value)
+    others: tuple[tuple[str, Any], ...]
+    details: Mapping[str, Any]
+    kv_tokens: float | None
+
+
 class Screen:
-    """Base: predicts nothing (every config is launched).
+    """Fitted to a study's launched trials, predicts which configs cannot start.
 
     ``predict`` takes everything a launch would set (fixed flags, params, tied flags); ``fit``
-    takes the study's trials and ``expand``, which completes a trial's params the same way."""
+    takes the study's trials and ``expand``, which completes a trial's params the same way.
+    Without a memory model it predicts nothing (every config is launched)."""
 
-    expand: Callable[[dict[str, Any]], dict[str, Any]] = staticmethod(dict)  # type: ignore[assignment]
+    def __init__(self, model: MemoryModel | None = None) -> None:
+        self.model = model
+        self.points: list[_Point] = []
 
     def fit(self, trials: Sequence[FrozenTrial], expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> None:
-        self.expand = expand
-        self.trials = [
-            t for t in trials
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not {"screened", "duplicate_of", "invalid_combination"} & t.user_attrs.keys()
-        ]
-
-    def predict(self, values: dict[str, Any]) -> Prediction | None:
-        return None
-
-
-def _started(t: FrozenTrial) -> bool:
-    return t.state == TrialState.COMPLETE
-
-
-def _signature(t: FrozenTrial) -> str | None:
-    return t.user_attrs.get("signature")
-
-
-class LlamaCppScreen(Screen):
-    MEMORY_FAILURES = {"kv_cache_oom", "out_of_memory"}
-
-    @staticmethod
-    def need(values: dict[str, Any]) -> float | None:
-        ctx = values.get("ctx-size")
-        k = LLAMACPP_KV_BYTES.get(str(values.get("cache-type-k", "f16")))
-        v = LLAMACPP_KV_BYTES.get(str(values.get("cache-type-v", "f16")))
-        return None if ctx is None or k is None or v is None else float(ctx) * (k + v)
-
-    def predict(self, values: dict[str, Any]) -> Prediction | None:
-        need = self.need(values)
-        if need is None:
-            return None
-        failed = [n for t in self.trials if _signature(t) in self.MEMORY_FAILURES and (n := self.need(self.expand(t.params))) is not None]
-        started = [n for t in self.trials if _started(t) and (n := self.need(self.expand(t.params))) is not None]
-        if failed and need >= min(failed) and not any(s >= need for s in started):
-            return Prediction(
-                "kv_cache_oom",
-                f"needs {need / 2**20:,.0f} MiB of KV, at least the {min(failed) / 2**20:,.0f} MiB of a config whose KV did not fit",
-                {"kv_bytes": need, "smallest_failed_kv_bytes": min(failed), "largest_started_kv_bytes": max(started, default=None)},
-            )
-        return None
-
-
-class PoolScreen(Screen):
-    """vLLM and SGLang: KV pool tokens linear in the memory fraction."""
-
-    def __init__(self, fraction: str, length: str, fitted_signature: str, derived_key: str | None, too_long_signature: str | None) -> None:
-        self.fraction = fraction
-        self.length = length
-        self.fitted_signature = fitted_signature
-        self.derived_key = derived_key
-        self.too_long_signature = too_long_signature
-
-    def _points(self) -> list[tuple[float, float]]:
-        points = {}
-        for t in self.trials:
-            f = t.params.get(self.fraction)
-            if f is None:
+        self.points = []
+        if self.model is None:
+            return
+        for i, t in enumerate(trials):
+            if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or NOT_LAUNCHED & t.user_attrs.keys():
                 continue
-            kv = t.user_attrs.get("capacity", {}).get("kv_tokens") if _started(t) else None
-            details = t.user_attrs.get("evidence", {}).get("details", {})
-            kv = kv or details.get("estimated_max_model_len")
-            if kv:
-                points[float(f)] = float(kv)
-        return sorted(points.items())
+            evidence = t.user_attrs.get("evidence") or {}
+            kv = (t.user_attrs.get("capacity") or {}).get("kv_tokens") if t.state == TrialState.COMPLETE else None
+            number = t.number if t.number >= 0 else i  # a trial made outside a study has no number: its position
+            self.points.append(self._point(expand(dict(t.params)), number, t.state == TrialState.COMPLETE,
+                                           t.user_attrs.get("signature"), evidence.get("details") or {}, kv))
 
-    def _derived_length(self) -> float | None:
-        for t in self.trials:
-            details = t.user_attrs.get("evidence", {}).get("details", {})
-            if self.derived_key and details.get(self.derived_key):
-                return float(details[self.derived_key])
-        return None
+    def _point(self, values: Mapping[str, Any], number: int = -1, started: bool = False, signature: str | None = None,
+               details: Mapping[str, Any] | None = None, kv_tokens: float | None = None) -> _Point:
+        assert self.model is not None
+        others = tuple(sorted((k, str(v)) for k, v in values.items() if k not in self.model.modelled))
+        return _Point(
+            number, started, signature, values,
+            tuple(axis.value(values) for axis in self.model.room), tuple((axis.name, axis.value(values)) for axis in self.model.needs),
+            others, details or {}, float(kv_tokens) if kv_tokens else None,
+        )
+
+    def _failures(self) -> list[_Point]:
+        assert self.model is not None
+        return [p for p in self.points if not p.started and p.signature in self.model.monotone]
+
+    def contradicted(self) -> dict[int, int]:
+        """Failures a later start contradicts: {failed trial: the trial that started with at most
+        its room and at least its need}. Such a failure is not evidence (a flaky start, or a knob
+        that spends memory the model does not know)."""
+        started = [p for p in self.points if p.started]
+        found = {}
+        for f in self._failures():
+            if (s := next((s for s in started if _needier(s, f)), None)) is not None:
+                found[f.number] = s.number
+        return found
 
     def predict(self, values: dict[str, Any]) -> Prediction | None:
-        length = values.get(self.length)
-        derived = self._derived_length()
-        if self.too_long_signature and length is not None and derived is not None and float(length) > derived:
-            return Prediction(self.too_long_signature, f"{self.length} {length} > the model's derived {derived:,.0f} (seen in an earlier failure)",
-                              {"asked": length, "derived": derived})
-        points = self._points()
-        fraction = values.get(self.fraction)
-        if fraction is None or len(points) < 2:
+        if self.model is None:
             return None
-        (f1, k1), (f2, k2) = points[0], points[-1]
-        if f2 == f1:
-            return None
-        pool = k1 + (k2 - k1) / (f2 - f1) * (float(fraction) - f1)
-        if pool <= 0:
-            return Prediction(self.fitted_signature, f"{self.fraction} {fraction} leaves no KV pool (fitted {pool:,.0f} tokens)",
-                              {"fitted_pool_tokens": pool, "points": points})
-        if length is not None and float(length) > 1.1 * pool > 0:
-            return Prediction("max_model_len_exceeds_kv", f"{self.length} {length} exceeds the fitted pool of {pool:,.0f} tokens at {fraction}",
-                              {"fitted_pool_tokens": pool, "asked": length, "points": points})
+        model = self.model
+        c = self._point(values)
+        if any(_needier(s, c) for s in self.points if s.started):
+            return None  # at least the memory of a config that started: never skipped
+        length = _float(values.get(model.length)) if model.length else None
+        for p in self.points:  # the model's own limit, named by the engine in a failure
+            for key in model.model_limit:
+                limit = _float(p.details.get(key))
+                if length is not None and limit is not None and length > limit:
+                    return Prediction(p.signature or "context_above_model", f"{model.length} {length:,.0f} > the model's {limit:,.0f} "
+                                      f"(named by the engine in trial {p.number})", {"from_trial": p.number, "rule": "model_limit",
+                                                                                     "asked": length, "limit": limit})
+        wrong = self.contradicted()
+        for f in self._failures():
+            if f.number in wrong:
+                continue
+            if _needier(c, f):
+                return Prediction(f.signature or "out_of_memory", f"no more memory and at least the need of trial {f.number}, "
+                                  f"which failed ({f.signature}) on every axis the memory model knows",
+                                  {"from_trial": f.number, "rule": "dominated", **_axes(model, f, c)})
+            limit = _float(f.details.get(model.length_limit)) if model.length_limit else None
+            shorter_ok = model.pool_independent_of_length or _cmp(length, _float(f.values.get(model.length)), lambda u, v: u >= v)
+            if limit is not None and length is not None and length > limit and shorter_ok and _needier(c, f, skip=model.length):
+                return Prediction(f.signature or "max_model_len_exceeds_kv", f"{model.length} {length:,.0f} > the {limit:,.0f} the engine named "
+                                  f"for trial {f.number}'s memory, and this config has no more",
+                                  {"from_trial": f.number, "rule": "engine_named_length", "asked": length, "limit": limit})
+        if model.length_fits_pool and length is not None:
+            for s in self.points:
+                if s.started and s.kv_tokens is not None and length > s.kv_tokens and _needier(c, s, skip=model.length):
+                    return Prediction("max_model_len_exceeds_kv", f"{model.length} {length:,.0f} > the {s.kv_tokens:,.0f}-token KV pool "
+                                      f"trial {s.number} reported, and this config has no more memory",
+                                      {"from_trial": s.number, "rule": "pool_reported", "asked": length, "pool_tokens": s.kv_tokens})
         return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None or isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _needier(a: _Point, b: _Point, skip: str | None = None) -> bool:
+    """Whether ``a`` has no more room than ``b`` and at least its need on every axis (the
+    axis named ``skip`` aside), every unmodelled knob equal. Unknown values compare only as equal."""
+    if a.others != b.others:
+        return False
+    for x, y in zip(a.room, b.room, strict=True):
+        if not _cmp(x, y, lambda u, v: u <= v):
+            return False
+    return all(_cmp(x, y, lambda u, v: u >= v) for (name, x), (_, y) in zip(a.needs, b.needs, strict=True) if name != skip)
+
+
+def _cmp(x: float | None, y: float | None, ok: Callable[[float, float], bool]) -> bool:
+    if x is None or y is None:
+        return x is None and y is None
+    return ok(x, y)
+
+
+def _axes(model: MemoryModel, f: _Point, c: _Point) -> dict[str, Any]:
+    return {"room": {a.name: [c.room[i], f.room[i]] for i, a in enumerate(model.room)},
+            "needs": {name: [x, y] for (name, x), (_, y) in zip(c.needs, f.needs, strict=True)}}
 
 
 def screen_for(engine: str) -> Screen:
-    if engine == "llamacpp":
-        return LlamaCppScreen()
-    if engine == "vllm":
-        return PoolScreen("gpu-memory-utilization", "max-model-len", "no_kv_cache_memory", None, None)
-    if engine == "sglang":
-        return PoolScreen("mem-fraction-static", "context-length", "not_enough_memory", "derived_context_length", "context_above_derived")
-    return Screen()
+    """The screen for an engine, with the memory model its adapter declares."""
+    from tuner import engines  # the registry imports every adapter
+
+    return Screen(engines.get(engine).memory)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tuner.engines._signatures import Signature, SignatureMatch, classify
+from tuner.memory import MemoryModel
 
 if TYPE_CHECKING:
     import httpx
@@ -117,6 +118,9 @@ class EngineAdapter(ABC):
     context_slack: ClassVar[int] = 0
     # (log regex, phase label) the engine prints while it starts, for the live status line
     startup_phases: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # what the engine spends memory on, for the pre-screen (tuner.screen); None: never predict
+    memory: ClassVar[MemoryModel | None] = None
+    graphs_off_flags: ClassVar[tuple[str, ...]] = ()  # flags that serve without CUDA graphs (a load-time warning)
 
     @abstractmethod
     def executable(self) -> list[str]:

@@ -18,6 +18,7 @@ import httpx
 from tuner.engines._base import EngineAdapter
 from tuner.engines._capacity import last_int, reconcile
 from tuner.engines._signatures import Category, Signature
+from tuner.memory import Axis, MemoryModel, number
 from tuner.provision import llamacpp as provision
 from tuner.records import Capacity
 
@@ -73,9 +74,35 @@ SIGNATURES = (
 _SLOTS = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
 
 
+# bits per cached element of llama.cpp's KV types (ggml block sizes): only their order and ratios matter
+KV_BITS = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q5_1": 6.0, "q5_0": 5.5, "q4_1": 5.0, "q4_0": 4.5, "iq4_nl": 4.5}
+
+
+def _kv_size(values: Mapping[str, Any]) -> float | None:
+    """KV bits per layer-element: ctx-size x (K + V bits); None where a part is unknown."""
+    k, v = KV_BITS.get(str(values.get("cache-type-k", "f16"))), KV_BITS.get(str(values.get("cache-type-v", "f16")))
+    try:
+        ctx = float(values["ctx-size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None if k is None or v is None else ctx * (k + v)
+
+
+MEMORY = MemoryModel(
+    # under the space's memory cap (fixed for a study): the KV cache, slots and compute buffers
+    room=(),
+    needs=(Axis("kv", ("ctx-size", "cache-type-k", "cache-type-v"), _kv_size), number("parallel", 4), number("batch-size", 2048),
+           number("ubatch-size", 512)),
+    monotone=frozenset({"kv_cache_oom", "out_of_memory"}),
+    free=frozenset({"threads", "threads-batch", "metrics", "no-warmup", "temp"}),
+    length="ctx-size",
+)
+
+
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     signatures = SIGNATURES
+    memory = MEMORY
     startup_phases = (
         (r"llama_model_loader|load_model: loading model", "loading weights"),
         (r"load_model: initializing|llama_kv_cache", "allocating the KV cache"),

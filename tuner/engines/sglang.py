@@ -13,6 +13,7 @@ import httpx
 from tuner.engines._base import EngineAdapter, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._signatures import Category, Signature
+from tuner.memory import MemoryModel, kv_bytes, number
 from tuner.records import Capacity
 
 __all__ = ["SglangAdapter"]
@@ -64,9 +65,25 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
+KV_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+
+MEMORY = MemoryModel(
+    # mem-fraction-static holds weights and the KV pool; the rest of the GPU holds activations and graphs
+    room=(number("mem-fraction-static"),),
+    needs=(number("context-length"), number("max-running-requests"), number("chunked-prefill-size"), number("max-prefill-tokens"),
+           number("cuda-graph-max-bs"), kv_bytes("kv-cache-dtype", KV_BYTES)),
+    monotone=frozenset({"not_enough_memory"}),  # a CUDA OOM at graph capture can come from a LARGER fraction
+    free=frozenset({"enable-cache-report", "log-level", "enable-metrics", "served-model-name"}),
+    length="context-length",
+    model_limit=("derived_context_length",),
+)
+
+
 class SglangAdapter(EngineAdapter):
     name = "sglang"
     signatures = SIGNATURES
+    memory = MEMORY
+    graphs_off_flags = ("disable-cuda-graph",)
     context_slack = 1
     startup_phases = (
         (r"Load weight begin", "loading weights"),

@@ -16,6 +16,7 @@ from tuner.engines._base import EngineAdapter, hub_or_local_problem, package_ver
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._openai import completion_works, metric_labels
 from tuner.engines._signatures import Category, Signature
+from tuner.memory import MemoryModel, kv_bytes, number
 from tuner.records import Capacity
 
 __all__ = ["VllmAdapter"]
@@ -69,9 +70,35 @@ _KV = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.,]+)x")
 
 
+# bytes per cached element by --kv-cache-dtype ("auto": the model's dtype, bf16 for every model this tool serves)
+KV_BYTES = {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "fp8_ds_mla": 1.0}
+
+MEMORY = MemoryModel(
+    # the KV pool is what gpu-memory-utilization leaves after weights, activations (sized by the
+    # batched tokens and sequences) and graphs; a longer max-model-len must fit in that pool
+    room=(number("gpu-memory-utilization", 0.92),),
+    needs=(number("max-model-len"), number("max-num-seqs"), number("max-num-batched-tokens"), kv_bytes("kv-cache-dtype", KV_BYTES)),
+    # "no memory for the cache blocks" and "max seq len needs more KV than available" only; a raw
+    # CUDA OOM (graph capture) can come from MORE utilization, and free memory below the
+    # utilization is the GPU's state, not the config's
+    monotone=frozenset({"no_kv_cache_memory", "max_model_len_exceeds_kv"}),
+    free=frozenset({"enable-prompt-tokens-details", "disable-log-requests", "disable-log-stats", "served-model-name"}),
+    length="max-model-len",
+    length_limit="estimated_max_model_len",
+    length_fits_pool=True,
+    # the pool is what profiling with max-num-batched-tokens and max-num-seqs leaves; max-model-len
+    # does not enter (measured, docs/data/search-tables/h200-vllm-grid.json: 49,856 tokens at 4,096
+    # and at 16,384 for util 0.012, 167,136 at both for 0.03; the 16,384 failure at 0.006 named 8,032,
+    # the pool 4,096 got), so the length vLLM names for a failed config holds for shorter ones too
+    pool_independent_of_length=True,
+)
+
+
 class VllmAdapter(EngineAdapter):
     name = "vllm"
     signatures = SIGNATURES
+    memory = MEMORY
+    graphs_off_flags = ("enforce-eager",)
     prefix_cache_metrics = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")  # usage omits 0 cached tokens
     startup_phases = (
         (r"Initializing a V1 LLM engine", "initializing the engine"),
