@@ -112,6 +112,26 @@ def test_rerun_resumes_and_a_changed_space_is_refused(tmp_path: Path, llama_serv
         _tune(tmp_path, raw, "resume", 2, [])
 
 
+@pytest.mark.integration
+def test_a_seeded_study_resumed_continues_the_search_instead_of_replaying_it(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    """Run to 2 trials, then resume to 4 (a new process would open the study the same way): the
+    resumed sampler proposes 2 new configs. A sampler seeded afresh replayed trials 0 and 1, which
+    were then copied instead of measured; copies never count against the budget."""
+    raw = tiny_space()
+    raw["parameters"] = {
+        "ctx-size": {"type": "categorical", "choices": [2048, 4096]},
+        "parallel": {"type": "int", "low": 1, "high": 8},
+        "batch-size": {"type": "categorical", "choices": [256, 512, 1024]},
+    }
+    raw["sampler"] = {"name": "tpe", "seed": 0, "startup_trials": 4}
+    _tune(tmp_path, raw, "seeded", 2, [])
+    study, _, summary = _tune(tmp_path, raw, "seeded", 4, [])
+    trials = study.get_trials()
+    assert summary.launched == 2 and len(trials) == 4, [(t.number, t.params, t.user_attrs.get("duplicate_of")) for t in trials]
+    assert not [t.number for t in trials if "duplicate_of" in t.user_attrs], "the resumed run replayed the start-up sequence"
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 4
+
+
 def test_grade_of_a_failed_start() -> None:
     from tuner.driver import grade
 

@@ -14,7 +14,7 @@ from tuner.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
 
-__all__ = ["make_sampler", "open_study", "space_fingerprint", "stored_space"]
+__all__ = ["make_sampler", "open_study", "resume_seed", "space_fingerprint", "stored_space"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,11 @@ def make_sampler(space: SearchSpace, *, name: str | None = None, seed: int | Non
     raise ConfigError(f"unknown sampler {name!r}; available: ['gp', 'nsga2', 'random', 'tpe']")
 
 
+def resume_seed(seed: int | None, trials: int) -> int | None:
+    """The sampler seed of a study resumed with ``trials`` trials (None stays unseeded)."""
+    return None if seed is None else (seed * 1_000_003 + trials) % 2**32
+
+
 def open_study(
     space: SearchSpace,
     objective: ObjectiveSet,
@@ -72,6 +77,11 @@ def open_study(
             f"study {name!r} optimizes {len(study.directions)} objectives, "
             f"but objective set {objective.name!r} has {len(objective.directions)}: use another --study"
         )
+    if done := len(study.get_trials(deepcopy=False)):
+        # A resumed study must not replay its start-up sequence (a seeded sampler in a new process
+        # proposes trial 0's config again): seed it from the stored seed and the trials so far,
+        # so a resume is still reproducible but continues the search.
+        study.sampler = make_sampler(space, name=sampler, seed=resume_seed(space.sampler.seed, done))
     fingerprint = space_fingerprint(space)
     stored = study.user_attrs.get(FINGERPRINT_ATTR)
     if stored is not None and stored != fingerprint and not force:
