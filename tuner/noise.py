@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tuner.probes._window import t975
 
-__all__ = ["NoiseFloor", "differs", "half_width", "is_noisy", "noise_floor"]
+__all__ = ["NoiseFloor", "Outlier", "differs", "half_width", "is_noisy", "kept", "noise_floor", "set_aside"]
 
 Z95 = 1.959964
 NOISE = "noise"  # study user attribute: {"reference": params, "runs": {label: [[values...], ...]}, ...}
@@ -41,6 +41,50 @@ class NoiseFloor:
     @property
     def known(self) -> bool:
         return self.dof > 0
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A run set aside: far outside the same config's other runs (a disturbed measurement)."""
+
+    index: int
+    value: float
+    median_of_others: float
+    threshold: float
+
+    def describe(self) -> str:
+        change = self.value / self.median_of_others - 1.0 if self.median_of_others else float("nan")
+        return (f"{self.value:,.1f} is {change:+.0%} from the median {self.median_of_others:,.1f} of the config's other runs "
+                f"(more than {self.threshold:,.1f} away: {OUTLIER_SDS:g} robust SDs, at least {OUTLIER_MIN:.0%})")
+
+
+OUTLIER_SDS = 4.0  # robust SDs (1.4826 x the median absolute deviation of the other runs)
+OUTLIER_MIN = 0.25  # ... and never closer than this relative distance: ordinary run-to-run spread is not an outlier
+
+
+def set_aside(runs: Sequence[Sequence[float]], column: int = 0) -> Outlier | None:
+    """The one run of a config (``runs``: its runs' objective values) that lies far outside the
+    others on ``column`` (throughput), or None. Needs three runs: with two, neither can be told
+    the odd one out. One disturbed run (the machine busy during it: 2.5 tok/s beside 47-54) would
+    otherwise set a floor that turns every comparison of the study into a tie."""
+    if len(runs) < 3:
+        return None
+    values = [float(r[column]) for r in runs]
+    best: Outlier | None = None
+    for i, value in enumerate(values):
+        others = values[:i] + values[i + 1 :]
+        median = statistics.median(others)
+        mad = statistics.median(abs(v - median) for v in others)
+        threshold = max(OUTLIER_SDS * 1.4826 * mad, OUTLIER_MIN * abs(median))
+        if abs(value - median) > threshold and (best is None or abs(value - median) / threshold > abs(best.value - best.median_of_others) / best.threshold):
+            best = Outlier(i, value, median, threshold)
+    return best
+
+
+def kept(runs: Sequence[Sequence[float]]) -> list[Sequence[float]]:
+    """``runs`` without the one :func:`set_aside` names."""
+    out = set_aside(runs)
+    return [r for i, r in enumerate(runs) if out is None or i != out.index]
 
 
 def noise_floor(repeated: Sequence[Sequence[Sequence[float]]], noisy: Sequence[bool]) -> NoiseFloor:

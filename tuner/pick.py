@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.exceptions import ConfigError
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
-from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, noise_floor
+from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, set_aside
 
 __all__ = [
     "Candidate", "candidates", "context_metric", "context_of", "feasible", "named_constraints", "role_index", "stored_objectives", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
@@ -80,7 +80,7 @@ def candidates(study: optuna.Study) -> list[Candidate]:
         if not feasible(t) or "duplicate_of" in t.user_attrs:  # a repeat proposal carries its original's result: one config, one point
             continue
         again = study.user_attrs.get(f"{REVALIDATED}.{t.number}")
-        runs = [list(r) for r in again["runs"]] if again and again.get("runs") else [list(t.values)]
+        runs = [list(r) for r in kept(again["runs"])] if again and again.get("runs") else [list(t.values)]
         values = tuple(statistics.fmean(col) for col in zip(*runs, strict=True))
         hws = half_width(values, runs, floor, noisy, _within(t, names))
         found.append(Candidate(t, values, again is not None, hws, len(runs)))
@@ -144,7 +144,7 @@ def repeated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:
 
 
 def _revalidated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:
-    return [v["runs"] for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.") and v.get("runs")]
+    return [kept(v["runs"]) for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.") and v.get("runs")]
 
 
 def reference_groups(noise: dict) -> list[list[Sequence[float]]]:  # type: ignore[type-arg]
@@ -152,8 +152,11 @@ def reference_groups(noise: dict) -> list[list[Sequence[float]]]:  # type: ignor
     pause, the end): spread within a group is noise, a shift between groups is drift, and drift
     must not widen the floor it is judged against."""
     groups: dict[str, list[Sequence[float]]] = {}
-    for run, label in zip(noise.get("runs", []), noise.get("labels", []), strict=False):
-        groups.setdefault("start" if label in ("trial", "start") else label, []).append(run)
+    runs, labels = noise.get("runs", []), noise.get("labels", [])
+    aside = set_aside(runs)  # over all of the reference's runs: one config, whenever it ran
+    for i, (run, label) in enumerate(zip(runs, labels, strict=False)):
+        if aside is None or i != aside.index:
+            groups.setdefault("start" if label in ("trial", "start") else label, []).append(run)
     return list(groups.values())
 
 
@@ -221,6 +224,12 @@ def describe_noise(study: optuna.Study) -> list[str]:
     if noise.get("runs"):
         values = ", ".join(f"{r[0]:,.1f} ({label})" for r, label in zip(noise["runs"], noise["labels"], strict=True))
         lines.append(f"reference config {noise.get('reference')}: {values}")
+        if (aside := set_aside(noise["runs"])) is not None:
+            lines.append(f"set aside: the reference's run {aside.index + 1} ({noise['labels'][aside.index]}), {aside.describe()}: a disturbed "
+                         "measurement (a busy machine?), kept out of the floor")
+    for key, value in sorted(study.user_attrs.items()):
+        if key.startswith(f"{REVALIDATED}.") and (aside := set_aside(value.get("runs") or [])) is not None:
+            lines.append(f"set aside: trial {key.split('.', 1)[1]}'s run {aside.index + 1}, {aside.describe()}: kept out of its mean and the floor")
     if noise.get("drift") is not None:
         lines.append(f"DRIFT: the reference moved {noise['drift']:+.1%} between the start and the end of the run")
     return lines
