@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, tiny_space
+from tuner import engines
 from tuner import space as spaces
 from tuner.exceptions import ConfigError, SpaceError
 
@@ -170,3 +171,20 @@ def test_the_x2_space_mixes_tp_sizes_that_pack_both_gpus(tmp_path: Path) -> None
     assert pool.acquire(2) is None  # GPU 1 is still busy
     pool.release(other)
     assert pool.acquire(2).devices == (0, 1)
+
+
+GPU_SPACES = sorted(p for p in (ROOT / "search_spaces").glob("*.yaml") if yaml.safe_load(p.read_text())["hardware"]["kind"] == "gpu")
+
+
+@pytest.mark.parametrize("path", GPU_SPACES, ids=lambda p: p.stem)
+def test_every_shipped_gpu_space_measures_with_cuda_graphs(path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Users serve with CUDA graphs (and vLLM's compile) on; eager mode doubled the spread on the
+    H200 and changes the throughput. No shipped GPU space turns them off; one that does is warned."""
+    raw = yaml.safe_load(path.read_text())
+    raw["model"]["path"] = str(tmp_path)  # laid out on the H200 by the installers
+    with caplog.at_level(logging.WARNING, logger="tuner.space._load"):
+        space = spaces.validate(raw, path.name)
+        assert not [r for r in caplog.records if "CUDA graphs" in r.getMessage()], caplog.text
+        off = engines.get(space.engine).graphs_off_flags[0]
+        spaces.validate({**raw, "server": {**raw["server"], "flags": {**raw["server"]["flags"], off: True}}}, path.name)
+    assert f"{path.name}: server.flags.{off}: trials measure without CUDA graphs" in caplog.text

@@ -111,6 +111,13 @@ def _cross_check(space: SearchSpace, source: str) -> None:
             raise SpaceError(
                 source, "objectives", f"{objective.name}: {key} uses {metric!r}, which this space's probes do not measure"
             )
+    graphs_off = [k for k in adapter.graphs_off_flags if space.server.flags.get(k) or k in space.parameters]
+    if graphs_off and space.hardware.kind == "gpu":
+        logger.warning(
+            "%s: server.flags.%s: trials measure without CUDA graphs, which no deployment serves with "
+            "(eager mode doubled the spread on the H200 and changes the throughput)",
+            source, graphs_off[0],
+        )
     throughput = objective.index_of("throughput")
     per_trial = space.hardware.per_trial
     sized = isinstance(per_trial, str) and space.hardware.kind == "gpu" and throughput is not None
