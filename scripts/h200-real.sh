@@ -9,15 +9,9 @@ set -uo pipefail
 engine=${1:?vllm or sglang}; what=${2:-all}
 out=${OUT:-/tmp/out}; mkdir -p "$out"; exec > >(tee -a "$out/real-$engine-$what.log") 2>&1
 t0=$(date +%s)
-[ -d .gpu/mg/4 ] && mkdir -p /tmp/mg4 && cp .gpu/mg/4/* /tmp/mg4/
 source scripts/h200-install.sh "$engine" || exit 1
 echo "installed after $(( $(date +%s) - t0 ))s"
-if [ ! -f /tmp/smollm2/model.safetensors ]; then
-  mkdir -p /tmp/gguf && cat /tmp/mg0/smollm2.gguf.0 /tmp/mg1/smollm2.gguf.1 /tmp/mg2/smollm2.gguf.2 /tmp/mg3/smollm2.gguf.3 /tmp/mg4/smollm2.gguf.4 > /tmp/gguf/smollm2.gguf || exit 1
-  (cd /tmp/gguf && sha256sum -c /tmp/mg0/SHA256SUMS) || exit 1
-  mkdir -p /tmp/kit && tar xJf /tmp/ge/model-kit.tar.xz -C /tmp/kit 2>/dev/null || tar xJf /tmp/sg/model-kit.tar.xz -C /tmp/kit
-  python3 scripts/smollm2_to_hf.py /tmp/gguf/smollm2.gguf /tmp/kit/tokenizer /tmp/smollm2 || exit 1
-fi
+source scripts/h200-smollm2.sh || exit 1
 echo "model ready after $(( $(date +%s) - t0 ))s"; ls -la /tmp/smollm2
 space=${SPACE:-search_spaces/h200-$engine-smollm2.yaml}
 if [ "$what" = kv ] || [ "$what" = all ]; then

@@ -1,0 +1,23 @@
+#!/bin/bash
+# Here (not on the GPU host): build what the vLLM H200 runs carry, in the .gpu/ layout that
+# scripts/h200-real.sh and scripts/h200-install.sh expect (each folder small enough for one
+# `device` call next to the 9 MB working tree):
+#   .gpu/v0 .gpu/v1 .gpu/v2   vLLM 0.26 bundle parts (+ SHA256SUMS, model kit, installer in v0) -> /tmp/ge
+#   .gpu/deps/d0 d1 d2        the tuner's own dependencies (cp312 wheels), ~31 MiB each          -> /tmp/gd0, /tmp/gd1, /tmp/gd2
+#   .gpu/mg/0..4              SmolLM2's GGUF in five pieces (scripts/gguf-parts.sh)                 -> /tmp/mg0..4
+# usage: bash scripts/gpu-parts.sh [SHARED=../shared]   (about 5 minutes on 2 cores; needs PyPI)
+set -euo pipefail
+shared=${1:-../shared}
+rm -rf .gpu/v .gpu/v0 .gpu/v1 .gpu/v2 .gpu/deps
+bash "$shared/gpu/build-vllm-bundle.sh" .gpu/v
+for p in 0 1 2; do mkdir -p ".gpu/v$p" && mv ".gpu/v/vllm026.tar.xz.part$p" ".gpu/v$p/"; done
+mv .gpu/v/* .gpu/v0/ && rmdir .gpu/v
+bash "$shared/gpu/deps/build-deps.sh" .gpu/deps
+# its 60 MiB parts plus the ~11 MiB working tree exceed one call's 64 MiB: three parts instead
+work=$(mktemp -d); cat .gpu/deps/d*/tunerdeps.tar.xz.part* > "$work/tunerdeps.tar.xz"
+cp .gpu/deps/d0/install-deps.sh .gpu/deps/d0/SHA256SUMS "$work/"; (cd "$work" && sha256sum -c SHA256SUMS)
+rm -rf .gpu/deps/d*; (cd "$work" && split -n 3 -d -a 1 tunerdeps.tar.xz tunerdeps.tar.xz.part)
+for i in 0 1 2; do mkdir -p ".gpu/deps/d$i" && mv "$work/tunerdeps.tar.xz.part$i" ".gpu/deps/d$i/" && cp "$work/SHA256SUMS" ".gpu/deps/d$i/"; done
+cp "$work/install-deps.sh" .gpu/deps/d0/; rm -rf "$work"
+bash scripts/gguf-parts.sh
+du -sh .gpu/*/ .gpu/deps/* .gpu/mg/*
