@@ -15,6 +15,7 @@ from tuner.exceptions import ConfigError
 from tuner.export import build_export
 from tuner.limits import default_contexts
 from tuner.pareto import fronts
+from tuner.screen import describe_screen, screen_for
 from tuner.pick import candidates, context_metric, describe_noise, feasible, objective_metrics, pick, role_index
 from tuner.plots import concurrency_html, front_html, importance_html, power_html, timeline_html
 from tuner.space import SearchSpace
@@ -93,6 +94,8 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     md += ["## Trials", "", *_trials_rows(study, metric_names), ""]
     md += ["## Re-validation on fresh servers (means, 95 % CI)", "", *_revalidation_rows(study), ""]
     md += ["## Noise", "", *describe_noise(study), ""]
+    screened = describe_screen(study.get_trials(deepcopy=False), screen_for(space.engine), space.values)
+    md += ["## Pre-screen (configs not launched, and the trial each prediction came from)", "", *(f"- {line}" for line in screened or ["none skipped"]), ""]
     md += ["## Power and energy (at the target concurrency)", "", *_telemetry_rows(study), ""]
     md += ["## Chosen config (knee of the front)", ""]
     if chosen is None:

@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.memory import MemoryModel
 
-__all__ = ["Prediction", "Screen", "screen_for"]
+__all__ = ["Prediction", "Screen", "describe_screen", "screen_for"]
 
 NOT_LAUNCHED = frozenset({"screened", "duplicate_of", "invalid_combination"})
 
@@ -180,3 +180,25 @@ def screen_for(engine: str) -> Screen:
     from tuner import engines  # the registry imports every adapter
 
     return Screen(engines.get(engine).memory)
+
+
+def describe_screen(trials: Sequence[FrozenTrial], screen: Screen, expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> list[str]:
+    """The screen's decisions, each with the trial it came from, and the failures a later start
+    contradicted (with what was re-proposed), as lines to show."""
+    lines = []
+    for t in trials:
+        if not t.user_attrs.get("screened"):
+            continue
+        details = (t.user_attrs.get("evidence") or {}).get("details") or {}
+        source = f" (evidence: trial {details['from_trial']})" if "from_trial" in details else ""
+        lines.append(f"trial {t.number} not launched, predicted {t.user_attrs['screened']}{source}: "
+                     f"{(t.user_attrs.get('evidence') or {}).get('summary', '')}")
+    screen.fit(trials, expand)
+    requeued = {t.user_attrs["rescreen_of"]: t.number for t in trials if "rescreen_of" in t.user_attrs}
+    for failed, started in sorted(screen.contradicted().items()):
+        skipped = [t.number for t in trials if ((t.user_attrs.get("evidence") or {}).get("details") or {}).get("from_trial") == failed
+                   and t.user_attrs.get("screened")]
+        again = ", ".join(f"{n} as trial {requeued[n]}" for n in skipped if n in requeued)
+        lines.append(f"CONTRADICTED: trial {failed}'s failure, by trial {started} (no more memory, started); "
+                     f"skipped on its word: {', '.join(map(str, skipped)) or 'none'}" + (f"; re-proposed: {again}" if again else ""))
+    return lines

@@ -7,6 +7,9 @@ import typer
 
 from tuner.cli._common import echo, echo_table, open_existing
 from tuner.lock import lease_of
+from tuner.screen import describe_screen, screen_for
+from tuner.space import SearchSpace
+from tuner.study import SPACE_ATTR
 from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.table import trials_frame
 
@@ -34,7 +37,19 @@ def print_table(study: optuna.Study) -> None:
     if counts.get("RUNNING") and (stale := stale_running(study)):
         echo(stale)
     print_noise(study)
+    for line in screen_lines(study):
+        echo(line)
     print_best(study)
+
+
+def screen_lines(study: optuna.Study) -> list[str]:
+    """The pre-screen's decisions with their evidence (none where the study has no stored space)."""
+    raw = study.user_attrs.get(SPACE_ATTR)
+    if raw is None:
+        return []
+    space = SearchSpace.model_validate(raw)
+    lines = describe_screen(study.get_trials(deepcopy=False), screen_for(space.engine), space.values)
+    return ["pre-screen:", *(f"  {line}" for line in lines)] if lines else []
 
 
 def stale_running(study: optuna.Study, stale_after: float = 60.0) -> str:
