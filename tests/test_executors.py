@@ -17,6 +17,38 @@ from tests.conftest import group_members, tiny_space
 pytestmark = pytest.mark.integration
 
 
+def test_a_local_run_is_local_whatever_ray_current_cluster_or_ray_address_say(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    """A `ray start --head` killed instead of stopped leaves /tmp/ray/ray_current_cluster naming it;
+    every local `tune run` then died ("When connecting to an existing cluster, num_cpus and num_gpus
+    must not be provided"). Without --ray-address the tool starts its own cluster, ignoring the
+    stale file and RAY_ADDRESS alike."""
+    import sys
+
+    import yaml
+
+    raw = tiny_space(name="local")
+    space = tmp_path / "local.yaml"
+    space.write_text(yaml.safe_dump(raw))
+    current = Path("/tmp/ray/ray_current_cluster")  # where `ray start --head` records its address
+    saved = current.read_text() if current.exists() else None
+    current.parent.mkdir(parents=True, exist_ok=True)
+    current.write_text("127.0.0.1:9")  # a head that is gone
+    try:
+        for extra in ({}, {"RAY_ADDRESS": "127.0.0.1:9"}):
+            out = subprocess.run(
+                [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", f"local{len(extra)}", "--no-remeasure"],
+                capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **extra, "PYTHONPATH": str(Path(__file__).parents[1])},
+            )
+            assert out.returncode == 0, extra | {"out": out.stdout[-2000:] + out.stderr[-2000:]}
+            assert "COMPLETE" in out.stdout
+    finally:
+        if saved is None:
+            current.unlink(missing_ok=True)
+        else:
+            current.write_text(saved)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """Head (no devices) + node A (device 0) + node B (device 1); yields (address, {device: node id})."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tuner.artifacts import write_json
+from tuner.exceptions import InfrastructureError
 from tuner.ledger import Ledger
 from tuner.partitions import Partition
 from tuner.records import TrialOutcome
@@ -156,6 +157,17 @@ def _sweep(key: str) -> list[str]:
     ]
 
 
+def connection_problem(exc: BaseException) -> str:
+    """Why ray.init could not join a cluster, in one line: authentication, version, reachability."""
+    text = f"{type(exc).__name__}: {exc}"
+    if "InvalidAuthToken" in text or "AuthenticationError" in text or "auth" in text.lower() and "token" in text.lower():
+        return ("the cluster refused this driver's authentication token: set RAY_AUTH_MODE=token and the cluster's token "
+                "(RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) as on its nodes")
+    if "version" in text.lower() and ("mismatch" in text.lower() or "differ" in text.lower()):
+        return f"Ray or Python version differs from the cluster's ({text.splitlines()[0][:200]})"
+    return f"could not connect ({text.splitlines()[0][:200]}): is the head's GCS port reachable and the cluster up?"
+
+
 class RayExecutor:
     """Trials as Ray tasks; ``max_parallel`` is how many partitions of the smallest size fit."""
 
@@ -173,6 +185,7 @@ class RayExecutor:
             self._owned = False
         elif self._local:
             ray.init(
+                address="local",  # always a new cluster of our own: never a stray /tmp/ray/ray_current_cluster or RAY_ADDRESS
                 num_cpus=max(os.cpu_count() or 1, max_parallel),
                 num_gpus=0,
                 resources={f"tuner_device_{d}": 1.0 for d in devices},
@@ -183,7 +196,10 @@ class RayExecutor:
             )
             self._owned = True
         else:
-            ray.init(address=address, namespace="tuner", log_to_driver=False, logging_level=logging.WARNING)
+            try:
+                ray.init(address=address, namespace="tuner", log_to_driver=False, logging_level=logging.WARNING)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise InfrastructureError(f"--ray-address {address}: {connection_problem(exc)}") from exc
             self._owned = True
         self._task = ray.remote(max_retries=0)(_remote_trial)
         self._refs: dict[Future[TrialOutcome], Any] = {}
