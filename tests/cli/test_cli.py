@@ -147,3 +147,36 @@ def test_provisioning_progress_is_one_plain_line_when_piped() -> None:
     assert out.returncode == 0 and "\r" not in out.stderr and "\x1b" not in out.stderr, repr(out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("100%") and lines[0].endswith("building step 4"), lines
+
+
+def test_no_command_prints_or_writes_a_storage_password(tmp_path: Path) -> None:
+    """An unreachable PostgreSQL URL that holds a password, through every study command: each
+    answers in one line with the password masked, and nothing under runs/ holds it."""
+    secret = "S3cret-PW-9f2"
+    url = f"postgresql+psycopg://alice:{secret}@127.0.0.1:9/tuner?connect_timeout=2"
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump(tiny_space()))
+    commands = [
+        ("run", "--space", str(space), "--study", "s", "--storage", url),
+        ("status", "--study", "s", "--storage", url),
+        ("trials", "--study", "s", "--storage", url),
+        ("report", "--study", "s", "--storage", url),
+        ("export", "--study", "s", "--storage", url),
+        ("pareto", "--study", "s", "--storage", url),
+        ("status", "--study", f"s={url}"),
+    ]
+    for args in commands:
+        out = tune(*args, cwd=tmp_path)
+        assert out.returncode in (1, 2), (args, out.stdout, out.stderr)
+        assert secret not in out.stdout + out.stderr, (args, out.stdout, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
+        assert args[0] == "run" or "alice:***@" in out.stderr, (args, out.stderr)  # shown masked where a command names it
+    for path in (tmp_path / "runs").rglob("*"):
+        assert not path.is_file() or secret.encode() not in path.read_bytes(), path
+
+
+def test_version() -> None:
+    import importlib.metadata
+
+    out = tune("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"tuner {importlib.metadata.version('tuner')}"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import sys
+import traceback
 
 import typer
 
@@ -14,6 +16,7 @@ except ImportError:  # pragma: no cover - older Typer on top of Click
 
 from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
 from tuner.cli._common import storage_error_text
+from tuner.credentials import mask
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
 
 __all__ = ["app", "main"]
@@ -24,6 +27,27 @@ app = typer.Typer(
     help="Find the best serving configuration of an LLM inference engine by measuring real servers.",
     pretty_exceptions_enable=False,
 )
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", help="print tuner's version and exit", is_eager=True),
+) -> None:
+    """Find the best serving configuration of an LLM inference engine by measuring real servers."""
+    if version:
+        typer.echo(f"tuner {_version()}")
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tuner")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown (not installed)"
+
+
 app.command("run")(_run.run)
 app.command("status")(_status.status)
 app.command("diagnose")(_diagnose.diagnose)
@@ -40,6 +64,8 @@ app.add_typer(_engines.app, name="engines")
 def main() -> None:
     """Entry point: one-line errors, exit 2 for bad input, 3 for provisioning, 1 otherwise."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_MaskCredentials())
     try:
         code = app(standalone_mode=False)  # Click's usage errors come here: one plain line, never a box
     except click_errors.NoArgsIsHelpError as exc:
@@ -47,22 +73,22 @@ def main() -> None:
         sys.exit(0)
     except click_errors.UsageError as exc:
         where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-        typer.echo(f"error: {exc.format_message()}{where}", err=True)
+        typer.echo(mask(f"error: {exc.format_message()}{where}"), err=True)
         sys.exit(2)
     except click_errors.ClickException as exc:
-        typer.echo(f"error: {exc.format_message()}", err=True)
+        typer.echo(mask(f"error: {exc.format_message()}"), err=True)
         sys.exit(exc.exit_code)
     except typer.Abort:
         typer.echo("error: interrupted", err=True)
         sys.exit(130)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(mask(f"error: {exc}"), err=True)
         sys.exit(2)
     except ProvisionError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(mask(f"error: {exc}"), err=True)
         sys.exit(3)
     except TunerError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(mask(f"error: {exc}"), err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("error: interrupted", err=True)
@@ -70,16 +96,28 @@ def main() -> None:
     except OSError as exc:  # a read-only or full runs/, a missing file: one line, the traceback at -vv
         logging.getLogger(__name__).debug("", exc_info=exc)
         where = f": {exc.filename}" if exc.filename else ""
-        typer.echo(f"error: {exc.strerror or exc}{where}", err=True)
+        typer.echo(mask(f"error: {exc.strerror or exc}{where}"), err=True)
         sys.exit(1)
     except Exception as exc:
         if not _is_storage_error(exc):
-            raise
+            typer.echo(mask(traceback.format_exc()), err=True, nl=False)  # a bug's traceback, still without passwords
+            sys.exit(1)
         logging.getLogger(__name__).debug("", exc_info=exc)
-        typer.echo(f"error: the study storage failed: {storage_error_text(exc)}", err=True)
+        typer.echo(mask(f"error: the study storage failed: {storage_error_text(exc)}"), err=True)
         sys.exit(1)
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+class _MaskCredentials(logging.Filter):
+    """Every log line leaves with URL passwords masked (a storage URL in a library's message)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        masked = mask(text)
+        if masked != text:
+            record.msg, record.args = masked, None
+        return True
 
 
 def _is_storage_error(exc: BaseException) -> bool:

@@ -11,6 +11,7 @@ import optuna
 import typer
 
 from tuner.artifacts import RunDir
+from tuner.credentials import mask
 from tuner.exceptions import ConfigError
 from tuner.space import SearchSpace
 
@@ -89,11 +90,11 @@ def open_existing(study: str, storage: str | None) -> optuna.Study:
     try:
         names = optuna.get_all_study_names(storage=url)
     except Exception as exc:  # noqa: BLE001 - any storage error is the user's URL
-        raise ConfigError(f"cannot open storage {url}: {storage_error_text(exc)}") from None
+        raise ConfigError(mask(f"cannot open storage {url}: {storage_error_text(exc)}")) from None
     if labelled and study not in names and len(names) == 1:
         study = names[0]  # LABEL=URL of a storage holding one study under another name (never a typo's stand-in)
     if study not in names:
-        raise ConfigError(f"study {study!r} not found in {url} (it holds: {', '.join(names) or 'nothing'})")
+        raise ConfigError(f"study {study!r} not found in {mask(url)} (it holds: {', '.join(names) or 'nothing'})")
     return optuna.load_study(study_name=study, storage=url)
 
 

@@ -16,6 +16,7 @@ from tuner.plots import front_html, front_png
 
 def pareto(
     studies: list[str] = typer.Option(..., "--study", help="study name, or NAME=STORAGE_URL; repeat to overlay"),
+    storage: str = typer.Option(None, "--storage", help="Optuna storage URL of the studies given by name (default: runs/<study>/study.db)"),
     x: str = typer.Option(None, "--x", help="metric on x (default: the first study's context metric: its context objective, else the configured context)"),
     y: str = typer.Option(None, "--y", help="metric on y (default: the first study's throughput objective)"),
     out: Path = typer.Option(None, "--out", help="file prefix for .png and .html (default runs/pareto-<studies>)"),
@@ -26,7 +27,7 @@ def pareto(
     opened = {}
     for spec in studies:
         name = spec.split("=", 1)[0]
-        opened[name] = open_existing(name, spec if "=" in spec else None)
+        opened[name] = open_existing(name, spec if "=" in spec else storage)
     first = next(iter(opened.values()))
     names = first.metric_names or []
     y = y or (names[role_index(first, "throughput") or 0] if names else "load.output_tok_s")

@@ -15,6 +15,7 @@ from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
 from tuner.devices import GpuHygiene
 from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, recover
+from tuner.credentials import mask
 from tuner.exceptions import ConfigError
 from tuner.noise import NOISE
 from tuner.pick import candidates, pareto_front, signs
@@ -55,7 +56,7 @@ def run(
     run_dir = RunDir.for_study(name)
     run_dir.root.mkdir(parents=True, exist_ok=True)
     if ray_address and not (storage or "").startswith(("postgresql", "mysql")):
-        echo(f"warning: --ray-address with SQLite storage ({storage or run_dir.db_url}): trials on other nodes report to this "
+        echo(f"warning: --ray-address with SQLite storage ({mask(storage or run_dir.db_url)}): trials on other nodes report to this "
              "driver, but no driver on another machine can share the study; for several drivers use --storage postgresql://...")
     with StudyLock(run_dir.root / "run.lock", name) as lock:
         the_study = open_study(
