@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tuner.data import shipped
 from tuner.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CONFIGURED_CONTEXT", "Evaluation", "Objective", "ObjectiveSet", "available_metrics", "load", "role_of"]
 
-OBJECTIVES_DIR = Path(__file__).resolve().parents[1] / "objectives"
+OBJECTIVES_DIR = shipped("objectives")  # inside the installed package (tuner/data/objectives)
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9_.@-]+)\s*(<=|>=|==|<|>)\s*(-?[0-9.]+(?:e-?\d+)?)\s*$")
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt}
 
@@ -153,13 +154,15 @@ class ObjectiveSet(BaseModel):
 
 
 def load(name: str) -> ObjectiveSet:
-    """The objective set ``objectives/<name>.yaml`` (or a path to a YAML file)."""
+    """The objective set ``name``: a path as given, else ``<name>.yaml`` in ./objectives/ of the
+    working directory, else the one shipped with tuner."""
     path = Path(name)
+    folders = (Path.cwd() / "objectives", OBJECTIVES_DIR)
     if not path.is_file():
-        path = OBJECTIVES_DIR / f"{name}.yaml"
+        path = next((f / f"{name}.yaml" for f in folders if (f / f"{name}.yaml").is_file()), path)
     if not path.is_file():
-        known = sorted(p.stem for p in OBJECTIVES_DIR.glob("*.yaml"))
-        raise ConfigError(f"unknown objective set {name!r}; available: {known}")
+        known = sorted({p.stem for f in folders for p in f.glob("*.yaml")})
+        raise ConfigError(f"unknown objective set {name!r} (looked in ./, ./objectives/ and {OBJECTIVES_DIR}); available: {known}")
     try:
         return ObjectiveSet.model_validate(yaml.safe_load(path.read_text()))
     except (ValidationError, yaml.YAMLError) as exc:

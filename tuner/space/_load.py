@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from tuner import engines, objectives
+from tuner.data import shipped
 from tuner.exceptions import ConfigError, SpaceError
 from tuner.space._constraints import parse_constraint
 from tuner.space._model import SearchSpace
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["DEFAULT_SPACE", "load", "resolve_path", "validate"]
 
 DEFAULT_SPACE = "cpu-llamacpp"
-SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+SPACES_DIR = shipped("search_spaces")  # inside the installed package (tuner/data/search_spaces)
 _PARAM_TAGS = {"int", "float", "categorical"}
 
 
