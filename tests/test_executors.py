@@ -42,6 +42,7 @@ def test_a_local_run_is_local_whatever_ray_current_cluster_or_ray_address_say(tm
             )
             assert out.returncode == 0, extra | {"out": out.stdout[-2000:] + out.stderr[-2000:]}
             assert "COMPLETE" in out.stdout
+            assert "Token authentication" not in out.stdout + out.stderr  # Ray's notice about the tool's own cluster: only with -v
     finally:
         if saved is None:
             current.unlink(missing_ok=True)

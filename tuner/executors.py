@@ -184,6 +184,8 @@ class RayExecutor:
         if ray.is_initialized():
             self._owned = False
         elif self._local:
+            if not logger.isEnabledFor(logging.INFO):  # -v shows it: the token auth Ray turns on for the tool's own cluster
+                logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             ray.init(
                 address="local",  # always a new cluster of our own: never a stray /tmp/ray/ray_current_cluster or RAY_ADDRESS
                 num_cpus=max(os.cpu_count() or 1, max_parallel),
