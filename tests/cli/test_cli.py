@@ -180,3 +180,23 @@ def test_version() -> None:
 
     out = tune("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"tuner {importlib.metadata.version('tuner')}"
+
+
+def test_dry_run_lays_out_and_renders_without_starting_anything(tmp_path: Path) -> None:
+    """The embedded default and b300 (an engine not installed here): valid, partitions, the first
+    configs' argv (enqueued first), an estimate; exit 0, and nothing created under runs/."""
+    out = tune("run", "--dry-run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("space ") and lines[0].endswith("valid (llamacpp, 7 parameters, objectives load.output_tok_s, recall.effective_context)")
+    assert "  partition 0: cpu 0,1, ports 31000+" in lines
+    enqueued = yaml.safe_load((ROOT / "search_spaces" / "cpu-llamacpp.yaml").read_text())["enqueue"][0]
+    first = lines[lines.index("config 0 (enqueued) on cpu 0,1:") + 1]
+    assert f"--ctx-size {enqueued['ctx-size']} " in first and "--host 127.0.0.1 --port 31000" in first
+    assert lines[-1].startswith("estimate: 10 trials x at least ")
+    b300 = tune("run", "--space", "b300", "--dry-run", cwd=tmp_path)
+    assert b300.returncode == 0, b300.stderr
+    assert "engine: sglang: not installed here" in b300.stdout and " --tp " in b300.stdout and "CUDA_VISIBLE_DEVICES=" in b300.stdout
+    assert not (tmp_path / "runs").exists()
+    bad = tune("run", "--space", "b300", "--dry-run", "--sampler", "nope", cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -14,6 +14,7 @@ from tuner.artifacts import RunDir
 from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
 from tuner.devices import GpuHygiene
+from tuner.dryrun import dry_run as plan
 from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, recover
 from tuner.credentials import mask
 from tuner.exceptions import ConfigError
@@ -42,6 +43,7 @@ def run(
     ray_address: str = typer.Option(None, "--ray-address", help="an existing Ray cluster (default: a local one, started and stopped here)"),
     no_screen: bool = typer.Option(False, "--no-screen", help="launch every proposal, even those predicted to fail"),
     no_remeasure: bool = typer.Option(False, "--no-remeasure", help="skip the fresh-server re-measurements (noise floor, front candidates)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate, lay out partitions, print the first configs' argv and an estimate; start nothing"),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug logs"),
 ) -> None:
     """Tune a space: launch real servers, probe them, keep the evidence under runs/<study>/."""
@@ -53,6 +55,11 @@ def run(
     name = study or the_space.name or path.stem
     budget = trials or the_space.budget.trials
     limit = _duration(timeout) if timeout else the_space.budget.timeout
+    if dry_run:  # before anything is created: no runs/ folder, no study, no server
+        for line in plan(the_space, path, objective, budget=budget, timeout=limit,
+                         max_parallel=_max_parallel(the_space) if executor == "ray" else 1, sampler=sampler):
+            echo(line)
+        return
     run_dir = RunDir.for_study(name)
     run_dir.root.mkdir(parents=True, exist_ok=True)
     if ray_address and not (storage or "").startswith(("postgresql", "mysql")):
@@ -169,8 +176,14 @@ def _executor(kind: str, space: spaces.SearchSpace, address: str | None, ledger:
         return InlineExecutor()
     if kind != "ray":
         raise ConfigError(f"--executor: {kind!r} is not one of ray, inline")
+    return RayExecutor(hw.devices, hw.kind, max_parallel=_max_parallel(space), address=address, ledger=ledger, node_key=study)
+
+
+def _max_parallel(space: spaces.SearchSpace) -> int:
+    """Trials at a time: how many partitions of the smallest trial size fit the devices."""
+    hw = space.hardware
     smallest = hw.per_trial if isinstance(hw.per_trial, int) else _smallest_size(space)
-    return RayExecutor(hw.devices, hw.kind, max_parallel=max(1, len(hw.devices) // smallest), address=address, ledger=ledger, node_key=study)
+    return max(1, len(hw.devices) // smallest)
 
 
 def _smallest_size(space: spaces.SearchSpace) -> int:

@@ -120,7 +120,8 @@ class EngineAdapter(ABC):
     startup_phases: ClassVar[tuple[tuple[str, str], ...]] = ()
     # what the engine spends memory on, for the pre-screen (tuner.screen); None: never predict
     memory: ClassVar[MemoryModel | None] = None
-    graphs_off_flags: ClassVar[tuple[str, ...]] = ()  # flags that serve without CUDA graphs (a load-time warning)
+    graphs_off_flags: ClassVar[tuple[str, ...]] = ()
+    typical_start_s: ClassVar[float] = 60.0  # a start as measured here: the dry run's estimate of a night  # flags that serve without CUDA graphs (a load-time warning)
 
     @abstractmethod
     def executable(self) -> list[str]:
@@ -151,6 +152,16 @@ class EngineAdapter(ABC):
         """Environment additions for the server; by default the space's ``server.env``."""
         return dict(space.server.env)
 
+    def installed(self) -> tuple[list[str] | None, str]:
+        """The executable's argv if the engine is installed here (None if not) and a line that
+        says what was found, without installing or building anything (the dry run)."""
+        version = self.version()
+        return (self.executable(), f"{self.name} {version}") if version else (None, f"{self.name}: not installed here")
+
+    def shown_model(self, path: str) -> str:
+        """``model.path`` as a command line would show it, without fetching anything."""
+        return path
+
     def command(
         self,
         params: Mapping[str, Any],
@@ -160,10 +171,11 @@ class EngineAdapter(ABC):
         port: int,
         partition: Partition | None = None,
         secrets: Sequence[str] = (),
+        executable: Sequence[str] | None = None,
     ) -> Command:
         flags = space.values(params)
         argv = [
-            *self.executable(),
+            *(executable if executable is not None else self.executable()),
             *self.model_args(model_path),
             *self.render_flags(flags),
             *self.listen_args(space.server.host, port),

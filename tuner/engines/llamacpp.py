@@ -20,6 +20,7 @@ from tuner.engines._capacity import last_int, reconcile
 from tuner.engines._signatures import Category, Signature
 from tuner.memory import Axis, MemoryModel, number
 from tuner.provision import llamacpp as provision
+from tuner.exceptions import ProvisionError
 from tuner.records import Capacity
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     signatures = SIGNATURES
     memory = MEMORY
+    typical_start_s = 1.0  # SmolLM2 on 2 cores: 0.3-1 s
     startup_phases = (
         (r"llama_model_loader|load_model: loading model", "loading weights"),
         (r"load_model: initializing|llama_kv_cache", "allocating the KV cache"),
@@ -121,6 +123,21 @@ class LlamaCppAdapter(EngineAdapter):
     def provision(self, progress: provision.Progress | None = None) -> None:
         provision.server_binary(progress=progress)
         provision.model_file()
+
+    def installed(self) -> tuple[list[str] | None, str]:
+        try:
+            binary = provision.server_binary(install=False)
+        except ProvisionError:
+            return None, f"llamacpp {self.version()}: llama-server not built yet (the first run builds it, about 6 minutes on 2 cores)"
+        return [str(binary)], f"llamacpp {self.version()}: {binary}"
+
+    def shown_model(self, path: str) -> str:
+        if path != BUILTIN_MODEL:
+            return path
+        try:
+            return str(provision.model_file(install=False))
+        except ProvisionError:
+            return f"{path} (unpacked on first use)"
 
     def resolve_model(self, path: str) -> str:
         return str(provision.model_file()) if path == BUILTIN_MODEL else path

@@ -83,6 +83,7 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     signatures = SIGNATURES
     memory = MEMORY
+    typical_start_s = 100.0  # H200, dummy 8B: 103 s (shared/gpu/README.md)
     graphs_off_flags = ("disable-cuda-graph",)
     context_slack = 1
     startup_phases = (

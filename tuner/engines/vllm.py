@@ -98,6 +98,7 @@ class VllmAdapter(EngineAdapter):
     name = "vllm"
     signatures = SIGNATURES
     memory = MEMORY
+    typical_start_s = 75.0  # H200, graphs and compile from cache: 50-115 s (docs/search-efficiency.md)
     graphs_off_flags = ("enforce-eager",)
     prefix_cache_metrics = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")  # usage omits 0 cached tokens
     startup_phases = (

@@ -1,0 +1,66 @@
+"""`tune run --dry-run`: what a run would do, checked before a night, with no server started.
+
+The space and its objective set are validated (as a run would), the engine is looked up without
+installing it, the partitions are laid out (devices, cores, ports), the first configs are rendered
+to the argv a trial would execute (enqueued configs first, then the sampler's first proposals), and
+the night's length is estimated from the budget and the engine's typical start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from tuner import engines
+from tuner.objectives import ObjectiveSet
+from tuner.partitions import PartitionPool, make_partitions, trial_size
+from tuner.space import SearchSpace, suggest, violated_constraints
+from tuner.study import make_sampler
+from tuner.units import format_duration
+
+__all__ = ["dry_run"]
+
+
+def dry_run(space: SearchSpace, path: Path, objective: ObjectiveSet, *, budget: int, timeout: float | None,
+            max_parallel: int, sampler: str | None = None, configs: int = 3) -> list[str]:
+    """The lines a dry run prints (the space and objectives were validated by loading them)."""
+    adapter = engines.get(space.engine)
+    executable, found = adapter.installed()
+    hw = space.hardware
+    lines = [
+        f"space {path}: valid ({space.engine}, {len(space.parameters)} parameters, objectives {', '.join(objective.metric_names)})",
+        f"engine: {found}",
+        f"model: {adapter.shown_model(space.model.path)}",
+        f"hardware: {hw.kind} devices {hw.devices}, {max_parallel} trial(s) at a time",
+    ]
+    if hw.kind == "gpu":
+        lines.append("  (GPU cores as this machine sees them; on the GPU host each partition gets its own GPUs' cores)")
+    if isinstance(hw.per_trial, int):
+        lines += [f"  {p.describe()}" for p in make_partitions(hw.kind, hw.devices, hw.per_trial)[:max_parallel]]
+    else:
+        lines.append(f"  trial size from parameter {hw.per_trial!r}: partitions packed first-fit per trial")
+    study = optuna.create_study(directions=objective.directions, sampler=make_sampler(space, name=sampler))
+    for params in space.enqueue:
+        study.enqueue_trial(params)
+    shown = executable or [f"<{space.engine} executable>"]
+    for _ in range(configs):
+        trial = study.ask()
+        params = suggest(trial, space)
+        source = "enqueued" if trial.number < len(space.enqueue) else "sampled"
+        partition = PartitionPool(hw.kind, hw.devices).acquire(trial_size(hw.per_trial, params))
+        assert partition is not None  # validated: every trial size fits the devices
+        command = adapter.command(params, space=space, model_path=adapter.shown_model(space.model.path),
+                                  port=partition.port_base, partition=partition, executable=shown)
+        broken = violated_constraints(space, params)
+        note = f", breaks {'; '.join(c.text for c in broken)}: not launched" if broken else ""
+        lines += [f"config {trial.number} ({source}{note}) on {partition.kind} {','.join(map(str, partition.devices))}:",
+                  f"  {command.shell_line()}"]
+    start = adapter.typical_start_s
+    load = space.probes.load
+    probes = (len(load.concurrency) * (load.max_duration + 5.0)) if load is not None else 0.0
+    per_trial = start + probes
+    night = budget * per_trial / max(1, max_parallel)
+    limit = f"; the space's timeout {format_duration(timeout)} stops launching first" if timeout and timeout < night else ""
+    lines.append(f"estimate: {budget} trials x at least {format_duration(per_trial)} (start ~{start:.0f}s + load levels; recall and "
+                 f"other probes add to it) / {max_parallel} at a time = at least {format_duration(night)}{limit}")
+    return lines
