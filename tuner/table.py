@@ -6,12 +6,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import math
+
 import optuna
 import pandas as pd
 
 from tuner.pick import feasible
 
-__all__ = ["launched", "trials_frame", "write_trials_csv"]
+__all__ = ["format_param", "launched", "summary_rows", "trials_frame", "write_trials_csv"]
 
 _METRICS = ("load.output_tok_s", "recall.effective_context", "capacity.context_per_request", "load.ttft_p99")
 _WHEN_MEASURED = ("telemetry.power_w", "telemetry.tokens_per_joule")  # columns only where a trial has them
@@ -61,3 +63,38 @@ def _row(study: optuna.Study, t: optuna.trial.FrozenTrial, every_metric: bool = 
 def write_trials_csv(study: optuna.Study, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     trials_frame(study).to_csv(path, index=False)
+
+
+def format_param(value: Any, spec: Any = None) -> str:
+    """A parameter value at the precision its space implies: a float's step, three significant
+    digits on a log scale (or without a step), never 0.02024290300148292."""
+    if not isinstance(value, float):
+        return "" if value is None else str(value)
+    step = getattr(spec, "step", None)
+    if step and not getattr(spec, "log", False):
+        text = repr(float(step))
+        decimals = 0 if float(step).is_integer() or "e" in text else len(text.split(".")[1].rstrip("0"))
+        return f"{value:.{decimals}f}"
+    return f"{value:.3g}"
+
+
+def summary_rows(study: optuna.Study, space: Any = None) -> list[dict[str, Any]]:
+    """The trials as a terminal shows them: number, state, every parameter at its precision, each
+    objective with its probe CI where measured, feasibility and a short note (``tune trials`` has
+    every column)."""
+    names = study.metric_names or [f"value{i}" for i in range(len(study.directions))]
+    specs = getattr(space, "parameters", {}) or {}
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        metrics = t.user_attrs.get("metrics", {})
+        row: dict[str, Any] = {"#": t.number, "state": t.state.name}
+        row.update({k: format_param(v, specs.get(k)) for k, v in t.params.items()})
+        for name, value in zip(names, t.values or [None] * len(names), strict=False):
+            ci = metrics.get(f"{name}_ci")
+            row[name] = "" if value is None else f"{value:,.1f}" + (f" +-{ci:,.0f}" if ci else "")
+        row["ok"] = ("yes" if feasible(t) else "no") if t.constraints else ""
+        note = t.user_attrs.get("duplicate_of")
+        row["note"] = (f"copy of {note}" if note is not None else t.user_attrs.get("signature") or t.user_attrs.get("invalid_combination")
+                       or t.user_attrs.get("error") or "")
+        rows.append(row)
+    return rows

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,22 +25,57 @@ def echo(text: str = "") -> None:
     typer.echo(text)
 
 
-def echo_table(rows: list[dict[str, object]], *, floats: str = "{:,.1f}") -> None:
-    """Rows as a rich table: plain text when piped or with NO_COLOR (rich's own rules), never
-    wrapped or cut to a terminal width it does not have."""
+def terminal_width() -> int:
+    """The terminal's width; when piped, $COLUMNS or 120 (a CI log, a pager)."""
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def echo_table(rows: list[dict[str, object]], *, floats: str = "{:,.1f}", width: int | None = None) -> None:
+    """Rows as a rich table: plain text when piped or with NO_COLOR (rich's own rules). With
+    ``width`` the table fits it: text columns are cut with an ellipsis, numbers never; without,
+    it is never wrapped or cut to a terminal width it does not have (``tune trials``)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     columns = list(dict.fromkeys(k for row in rows for k in row))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for name in columns:
-        numeric = all(isinstance(r.get(name), (int, float)) or r.get(name) is None for r in rows)
-        table.add_column(name, justify="right" if numeric else "left", no_wrap=True)
-    for row in rows:
-        table.add_row(*(_cell(row.get(name), floats) for name in columns))
-    console = Console(width=None if sys.stdout.isatty() else 100_000, soft_wrap=True, highlight=False)
+    cells = [[_cell(row.get(name), floats) for name in columns] for row in rows]
+    numeric = [all(isinstance(r.get(name), (int, float)) or r.get(name) is None for r in rows) for name in columns]
+    keep = [numeric[i] or name in ("state", "#") or _numeric_text(c[i] for c in cells) for i, name in enumerate(columns)]
+    widths = _fit([len(name) for name in columns], [max([0, *(len(c[i]) for c in cells)]) for i in range(len(columns))], keep, width) if width else None
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="right" if numeric[i] else "left", no_wrap=True, overflow="ellipsis",
+                         width=widths[i] if widths else None)
+    for row in cells:
+        table.add_row(*row)
+    if width:
+        console = Console(width=width, highlight=False)
+    else:
+        console = Console(width=None if sys.stdout.isatty() else 100_000, soft_wrap=True, highlight=False)
     console.print(table)
+
+
+def _fit(headers: list[int], cells: list[int], keep: list[bool], width: int, gap: int = 3) -> list[int]:
+    """Column widths within ``width``: kept columns (numbers, state) never narrower than their
+    cells, their headers cut first (to 12 characters, 8, then to the cells); the other columns share
+    what is left, the narrow ones whole and the wide ones cut evenly."""
+    flexible = sorted((i for i, k in enumerate(keep) if not k), key=lambda i: max(headers[i], cells[i]))
+    for header_cap in (None, 12, 8, 0):
+        widths = [max(c, h if header_cap is None else min(h, header_cap)) for h, c in zip(headers, cells, strict=True)]
+        left = width - gap * (len(widths) - 1) - sum(w for w, k in zip(widths, keep, strict=True) if k)
+        if left >= sum(min(8, max(headers[i], cells[i])) for i in flexible):
+            break
+    for n, i in enumerate(flexible):
+        share = max(1, left // (len(flexible) - n))
+        widths[i] = min(max(headers[i], cells[i]), share)
+        left -= widths[i]
+    return widths
+
+
+def _numeric_text(values: Iterable[str]) -> bool:
+    """A column of formatted numbers (``4,147.0 +-405``, ``0.0202``): cut, it would lie."""
+    return all(not v or v.replace(",", "").replace(".", "").replace("+-", "").replace(" ", "").replace("-", "").isdigit() for v in values)
 
 
 def _cell(value: object, floats: str) -> str:

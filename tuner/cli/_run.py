@@ -27,6 +27,7 @@ from tuner.partitions import make_partitions
 from tuner.progress import describe
 from tuner.screen import screen_for
 from tuner.study import open_study
+from tuner.table import format_param
 from tuner.units import format_duration, parse_duration
 from tuner.validate import measure_reference, race, revalidate
 
@@ -233,7 +234,7 @@ class PhaseLine:
 
 
 def _report(r: TrialReport) -> None:
-    params = " ".join(f"{k}={v}" for k, v in r.params.items())
+    params = " ".join(f"{k}={format_param(v)}" for k, v in r.params.items())
     values = ""
     if r.values is not None:
         names = r.names or tuple(f"objective {i}" for i in range(len(r.values)))

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import optuna
 import typer
 
-from tuner.cli._common import echo, echo_table, open_existing
+from tuner.cli._common import echo, echo_table, open_existing, terminal_width
 from tuner.lock import lease_of
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
 from tuner.study import SPACE_ATTR
 from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
-from tuner.table import trials_frame
+from tuner.table import summary_rows
 
 
 def status(
@@ -22,17 +24,15 @@ def status(
     print_table(open_existing(study, storage))
 
 
-def print_table(study: optuna.Study) -> None:
-    frame = trials_frame(study)
-    if frame.empty:
+def print_table(study: optuna.Study, width: int | None = None) -> None:
+    """The trials, fitted to the terminal (``width``): key columns only; `tune trials` has them all."""
+    raw = study.user_attrs.get(SPACE_ATTR)
+    rows = summary_rows(study, SearchSpace.model_validate(raw) if raw else None)
+    if not rows:
         echo("no trials yet")
         return
-    shown = frame.drop(columns=[c for c in ("probe_s", "duration_s") if c in frame], errors="ignore")
-    for column in [c for c in shown.columns if c.startswith("param.")]:
-        shown[column] = shown[column].map(lambda v: "" if v is None or v != v else str(v))  # as proposed, unrounded
-    shown.columns = [c.removeprefix("param.") for c in shown.columns]
-    echo_table(shown.astype(object).where(shown.notna(), None).to_dict("records"))
-    counts = frame["state"].value_counts().to_dict()
+    echo_table(rows, width=width or terminal_width())
+    counts = dict(Counter(str(r["state"]) for r in rows))
     echo(f"\ntrials by state: {counts}")
     if counts.get("RUNNING") and (stale := stale_running(study)):
         echo(stale)
