@@ -224,9 +224,7 @@ def recover(study: optuna.Study, ledger: Ledger) -> list[str]:
 
 class Driver:
     """Runs a study: ask, launch on a free partition, tell, until the budget or time is spent.
-
-    On start it recovers from a crashed run: orphaned servers in the ledger are stopped, and
-    trials left RUNNING are failed (infrastructure) and their params re-queued once."""
+    (Recovery from a crashed run, :func:`recover`, is the caller's, once it holds the study.)"""
 
     def __init__(
         self,
@@ -287,9 +285,6 @@ class Driver:
             for t in self.study.get_trials(deepcopy=False)
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not NOT_LAUNCHED & t.user_attrs.keys()
         )
-
-    def recover(self) -> list[str]:
-        return recover(self.study, self.ledger)
 
     def _tick(self) -> None:
         if self.on_tick is None or not self._running or time.monotonic() - self._ticked < TICK_S:

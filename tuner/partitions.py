@@ -120,6 +120,3 @@ class PartitionPool:
 
     def quarantine(self, partition: Partition) -> None:
         self.quarantined |= {self.devices.index(d) for d in partition.devices}
-
-    def fits_ever(self, size: int) -> bool:
-        return size <= len(self.devices) - len(self.quarantined)

@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.exceptions import ConfigError
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
 from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, set_aside
+from tuner.study import OBJECTIVES_ATTR
 
 __all__ = [
     "Candidate", "candidates", "context_metric", "context_of", "feasible", "named_constraints", "role_index", "stored_objectives", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
@@ -89,7 +90,7 @@ def candidates(study: optuna.Study) -> list[Candidate]:
 
 def stored_objectives(study: optuna.Study) -> ObjectiveSet | None:
     """The objective set the study was run with (roles inferred where it predates them)."""
-    stored = study.user_attrs.get("tuner.objectives")
+    stored = study.user_attrs.get(OBJECTIVES_ATTR)
     try:
         return ObjectiveSet.model_validate(stored) if stored else None
     except ValueError:
@@ -122,7 +123,7 @@ def context_of(study: optuna.Study) -> Callable[[Candidate], float | None]:
 
 def objective_metrics(study: optuna.Study) -> list[str]:
     """The metric behind each objective (e.g. ``load.output_tok_s``)."""
-    stored = study.user_attrs.get("tuner.objectives", {}).get("objectives", [])
+    stored = study.user_attrs.get(OBJECTIVES_ATTR, {}).get("objectives", [])
     names = [o["metric"] for o in stored] or list(study.metric_names or [])
     return names if len(names) == len(study.directions) else [f"value{i}" for i in range(len(study.directions))]
 

@@ -6,7 +6,6 @@ import hashlib
 import json
 import logging
 import warnings
-from typing import Any
 
 import optuna
 
@@ -14,13 +13,14 @@ from tuner.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
 
-__all__ = ["make_sampler", "open_study", "resume_seed", "space_fingerprint", "stored_space"]
+__all__ = ["make_sampler", "open_study", "resume_seed", "space_fingerprint", "OBJECTIVES_ATTR", "SPACE_ATTR"]
 
 logger = logging.getLogger(__name__)
 
 SPACE_ATTR = "tuner.space"
 FINGERPRINT_ATTR = "tuner.space_sha256"
 SOURCE_ATTR = "tuner.space_file"
+OBJECTIVES_ATTR = "tuner.objectives"
 
 
 def space_fingerprint(space: SearchSpace) -> str:
@@ -99,12 +99,9 @@ def open_study(
         study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
         study.set_user_attr(SPACE_ATTR, space.model_dump(mode="json"))
         study.set_user_attr(SOURCE_ATTR, source)
-        study.set_user_attr("tuner.objectives", objective.model_dump(mode="json"))
+        study.set_user_attr(OBJECTIVES_ATTR, objective.model_dump(mode="json"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(objective.metric_names)
     return study
 
-
-def stored_space(study: optuna.Study) -> dict[str, Any] | None:
-    return study.user_attrs.get(SPACE_ATTR)

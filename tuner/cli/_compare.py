@@ -10,6 +10,7 @@ from tuner.compare import compare as compare_picks
 from tuner.exceptions import ConfigError
 from tuner.executors import InlineExecutor
 from tuner.objectives import ObjectiveSet
+from tuner.study import OBJECTIVES_ATTR
 
 
 def compare(
@@ -23,7 +24,7 @@ def compare(
     opened = {spec.split("=", 1)[0]: open_existing(spec.split("=", 1)[0], spec if "=" in spec else None) for spec in studies}
     first = next(iter(opened.values()))
     space = stored_space(first)
-    objective = ObjectiveSet.model_validate(first.user_attrs["tuner.objectives"])
+    objective = ObjectiveSet.model_validate(first.user_attrs[OBJECTIVES_ATTR])
     run_dir = RunDir.for_study("compare-" + "-".join(opened))
     results, floor, verdicts = compare_picks(
         opened, space, objective, run_dir, InlineExecutor(), repeats=repeats, how=how,
