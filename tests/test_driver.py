@@ -85,6 +85,15 @@ def test_real_mini_tune_prunes_a_real_oom_and_keeps_evidence(tmp_path: Path, lla
     assert "insufficient memory" in (run_dir.trial(oom.number) / "server.log").read_text()
     assert oom.constraints["server starts"] > 0
 
+    from optuna.artifacts import download_artifact, get_all_artifact_meta
+
+    for t in (oom, ok):  # the evidence is in the study's artifact store too, attached to its trial
+        metas = {m.filename: m for m in get_all_artifact_meta(t, storage=study._storage)}
+        assert {"command.txt", "server.log"} <= set(metas), metas
+        copy = tmp_path / f"log-{t.number}"
+        download_artifact(artifact_store=run_dir.artifact_store(), artifact_id=metas["server.log"].artifact_id, file_path=str(copy))
+        assert copy.read_bytes() == (run_dir.trial(t.number) / "server.log").read_bytes()
+    assert "evidence.json" in {m.filename for m in get_all_artifact_meta(oom, storage=study._storage)}
     assert ok.values[0] > 0  # output tok/s from the server's usage counts
     assert ok.user_attrs["metrics"]["capacity.context_per_request"] == 2048
     assert ok.constraints["server starts"] == 0 and ok.constraints["load.error_rate <= 0"] == 0
@@ -257,6 +266,68 @@ def test_recovery_tells_a_trial_that_ran_from_one_that_only_waited(tmp_path: Pat
     first, second = study.trials[:2]
     assert first.user_attrs["error"] == "interrupted: the tuner stopped while this trial ran"
     assert second.user_attrs["error"] == "asked but never launched: the tuner stopped"
+
+
+def test_recovery_keeps_what_an_interrupted_trial_left_on_its_node(tmp_path: Path) -> None:
+    """A driver killed mid-trial on a cluster: the trial's files stayed in its node's temp folder.
+    The next driver (another folder) takes them there, writes them into its runs/ and keeps them
+    in the study's artifact store before it records the trial FAIL; optuna-dashboard serves them."""
+    from optuna.artifacts import get_all_artifact_meta
+
+    from tuner.driver import fail_interrupted
+    from tuner.executors import LEFTOVER_PREFIX, MARKER, leftovers
+
+    node_tmp = tmp_path / "node-tmp"
+    for key, trial in (("night", 0), ("other-study", 0)):
+        folder = node_tmp / f"{LEFTOVER_PREFIX}{key}"
+        folder.mkdir(parents=True)
+        (folder / MARKER).write_text(json.dumps({"key": key, "trial": str(trial)}))
+        (folder / "server.log").write_text(f"{key}: llama_server: model loaded\n")
+    left = leftovers("night", node_tmp)
+    assert list(left) == [0] and left[0] == {"server.log": b"night: llama_server: model loaded\n"}
+    assert not (node_tmp / f"{LEFTOVER_PREFIX}night").exists() and (node_tmp / f"{LEFTOVER_PREFIX}other-study").exists()
+
+    db = tmp_path / "s.db"
+    study = optuna.create_study(study_name="night", storage=f"sqlite:///{db}")
+    trial = study.ask({"x": optuna.distributions.IntDistribution(0, 3)})
+    trial.set_user_attr("partition", [0])
+    run_dir = RunDir(tmp_path / "other-folder" / "runs" / "night")
+    assert fail_interrupted(study, run_dir, left) == ["trial 0 was interrupted: recorded as FAIL, params re-queued"]
+    assert (run_dir.trial(0) / "server.log").read_text() == "night: llama_server: model loaded\n"
+    frozen = study.trials[0]
+    assert frozen.state == TrialState.FAIL and [m.filename for m in get_all_artifact_meta(frozen, storage=study._storage)] == ["server.log"]
+
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tuner.partitions import free_port
+
+    port = free_port("127.0.0.1", 34900, 400)
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")), f"sqlite:///{db}", "--host", "127.0.0.1",
+                             "--port", str(port), "--artifact-dir", str(run_dir.artifacts)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 30
+        while True:
+            try:
+                study_id = httpx.get(f"{url}/api/studies", timeout=2).json()["study_summaries"][0]["study_id"]
+                break
+            except (httpx.HTTPError, ValueError, IndexError):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.3)
+        shown = httpx.get(f"{url}/api/studies/{study_id}", params={"after": 0}, timeout=10).json()["trials"][0]
+        meta = next(a for a in shown["artifacts"] if a["filename"] == "server.log")
+        body = httpx.get(f"{url}/artifacts/{study_id}/{shown['trial_id']}/{meta['artifact_id']}", timeout=10)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    assert body.status_code == 200 and body.text == "night: llama_server: model loaded\n"
 
 
 class _Timed:

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner.artifacts import RunDir, write_json
+from tuner.artifacts import EVIDENCE_FILES, RunDir, write_json
 from tuner.devices import GpuHygiene
 from tuner.evidence import Evidence
 from tuner.exceptions import ConfigInfeasible, InfrastructureError, ScreenedOut, TrialTimeout, TunerError
@@ -32,7 +32,7 @@ from tuner.screen import NOT_LAUNCHED, Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
 
-__all__ = ["PAUSED", "Driver", "TrialReport", "Verdict", "grade", "record", "recover", "state_for", "tell"]
+__all__ = ["PAUSED", "Driver", "TrialReport", "Verdict", "fail_interrupted", "grade", "keep_evidence", "record", "recover", "state_for", "stop_orphans", "tell"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Verdict:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
-def tell(study: optuna.Study, trial: optuna.Trial, verdict: Verdict) -> None:
+def tell(study: optuna.Study, trial: optuna.Trial, verdict: Verdict, *, run_dir: RunDir | None = None) -> None:
     """The one place a trial gets its state: attrs and constraints first, then ``study.tell``.
 
     Constraints are stored twice: by name (Optuna 5's ``constraints:<name>``, what
@@ -112,10 +112,30 @@ def tell(study: optuna.Study, trial: optuna.Trial, verdict: Verdict) -> None:
         trial.set_constraint(name, value)
     if verdict.constraints:
         study._storage.set_trial_system_attr(trial._trial_id, "constraints", [float(v) for v in verdict.constraints.values()])
+    if run_dir is not None:
+        keep_evidence(trial, run_dir)
     if verdict.state == TrialState.COMPLETE:
         study.tell(trial, list(verdict.values or ()))
     else:
         study.tell(trial, state=verdict.state)
+
+
+def keep_evidence(trial: optuna.Trial, run_dir: RunDir) -> None:
+    """The trial's files (command, server log, evidence, outcome) into the study's artifact store,
+    attached to the trial while it can still take them (Optuna refuses a finished trial's): every
+    driver and optuna-dashboard read them there, whichever folder or node the trial ran from."""
+    from optuna.artifacts import upload_artifact
+
+    folder = run_dir.trial(trial.number)
+    files = [folder / name for name in EVIDENCE_FILES if (folder / name).is_file()]
+    if not files:
+        return
+    try:
+        store = run_dir.artifact_store()
+        for path in files:
+            upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
+    except OSError as exc:  # a full or unreachable artifact path: the local copy stays, the trial is still recorded
+        logger.warning("trial %d: evidence not copied to the artifact store %s: %s", trial.number, run_dir.artifacts, exc)
 
 
 HEADLINES = (
@@ -158,7 +178,7 @@ def record(
             attrs["node"] = outcome.node
     if state == TrialState.COMPLETE and evaluation is not None:
         constraints = {str(c): v for c, v in zip(objective.constraints, evaluation.violations, strict=True)}
-        tell(study, trial, Verdict(state, tuple(evaluation.values), {**constraints, STARTS: 0.0}, attrs))
+        tell(study, trial, Verdict(state, tuple(evaluation.values), {**constraints, STARTS: 0.0}, attrs), run_dir=run_dir)
         summary = "ok" if evaluation.feasible else f"violates {', '.join(evaluation.violated)}"
         return state, summary, evaluation
     summary = _describe(error)
@@ -169,7 +189,7 @@ def record(
         attrs["evidence"] = evidence.to_dict()
         write_json(run_dir.trial(trial.number) / "evidence.json", evidence.to_dict())
     constraints = {STARTS: grade(evidence.details if evidence is not None else {})} if state == TrialState.PRUNED else {}
-    tell(study, trial, Verdict(state, None, constraints, attrs))
+    tell(study, trial, Verdict(state, None, constraints, attrs), run_dir=run_dir)
     return state, summary, None
 
 
@@ -200,20 +220,35 @@ def _describe(error: BaseException | None) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def recover(study: optuna.Study, ledger: Ledger) -> list[str]:
-    """Clean up after a run that died, before anything new starts; one line per action.
+def recover(study: optuna.Study, ledger: Ledger, run_dir: RunDir | None = None, leftovers: dict[int, dict[str, bytes]] | None = None) -> list[str]:
+    """Clean up after a run that died, before anything new starts; one line per action:
+    :func:`stop_orphans`, then :func:`fail_interrupted`."""
+    return [*stop_orphans(ledger), *fail_interrupted(study, run_dir, leftovers)]
 
-    Servers (and a local Ray cluster's processes) still alive from the ledger are stopped;
-    trials left RUNNING are recorded as FAIL (infrastructure) and their params re-queued once."""
-    notes = [
+
+def stop_orphans(ledger: Ledger) -> list[str]:
+    """Servers (and a local Ray cluster's processes) still alive from the ledger are stopped."""
+    return [
         f"stopped orphaned processes {', '.join(map(str, pids))} (group {e.pgid}, {e.argv0}) of {e.trial_dir}"
         for e, pids in ledger.stop_orphans()
     ]
+
+
+def fail_interrupted(study: optuna.Study, run_dir: RunDir | None = None, leftovers: dict[int, dict[str, bytes]] | None = None) -> list[str]:
+    """Trials left RUNNING by a dead driver are recorded as FAIL (infrastructure), their params
+    re-queued once, and the files they left (here, or on a cluster node: ``leftovers``) written into
+    ``run_dir`` and kept in the study's artifact store first. Called only by the study's lease
+    holder: a RUNNING trial then has no live driver."""
+    from tuner.executors import write_back
+
+    notes = []
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial = optuna.Trial(study, frozen._trial_id)
+        if run_dir is not None and (files := (leftovers or {}).get(frozen.number)):
+            write_back(run_dir.trial(frozen.number), files)
         ran = "partition" in frozen.user_attrs  # else it was asked and waited for its partition
         error = "interrupted: the tuner stopped while this trial ran" if ran else "asked but never launched: the tuner stopped"
-        tell(study, trial, Verdict(TrialState.FAIL, attrs={"error": error}))
+        tell(study, trial, Verdict(TrialState.FAIL, attrs={"error": error}), run_dir=run_dir)
         note = f"trial {frozen.number} was {'interrupted' if ran else 'asked, never launched'}: recorded as FAIL"
         if "requeued_from" not in frozen.user_attrs and frozen.params:
             study.enqueue_trial(frozen.params, user_attrs={"requeued_from": frozen.number})

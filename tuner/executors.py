@@ -17,6 +17,7 @@ Workers return plain records; only the driver talks to Optuna.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -34,11 +35,13 @@ from tuner.records import TrialOutcome
 from tuner.space import SearchSpace
 from tuner.trial import run_trial
 
-__all__ = ["Executor", "InlineExecutor", "RayExecutor"]
+__all__ = ["Executor", "InlineExecutor", "RayExecutor", "leftovers", "write_back"]
 
 logger = logging.getLogger(__name__)
 
 RAY_LABEL = "ray-local-cluster"
+LEFTOVER_PREFIX = "tuner-trial-"  # a cluster trial's node-local folder
+MARKER = ".tuner-trial.json"
 
 
 class Executor(Protocol):
@@ -110,7 +113,9 @@ def _remote_trial(
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     except ValueError:
         pass  # not the worker's main thread: Ray cancels it another way
-    local = Path(tempfile.mkdtemp(prefix="tuner-trial-")) if node_key else Path(trial_dir)
+    local = Path(tempfile.mkdtemp(prefix=LEFTOVER_PREFIX)) if node_key else Path(trial_dir)
+    if node_key:  # whose it is, should the driver die before the files travel back (swept by the next driver)
+        write_json(local / MARKER, {"key": node_key, "trial": Path(trial_dir).name})
     book = node_ledger(node_key) if node_key else (Ledger(Path(ledger)) if ledger else None)
     try:
         if node_key:
@@ -141,20 +146,40 @@ def _refuse_held(partition: Partition) -> None:
 
 def _collect(root: Path) -> dict[str, bytes]:
     files = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MARKER):
         rel = str(path.relative_to(root))
         size = path.stat().st_size
         files[rel] = path.read_bytes() if size <= MAX_SHIPPED_FILE else f"{size} bytes, left on {_where()}: {path}\n".encode()
     return files
 
 
-def _sweep(key: str) -> list[str]:
-    """Runs on one node: stop what that node's ledger still holds for study ``key``."""
+def _sweep(key: str) -> tuple[list[str], dict[int, dict[str, bytes]]]:
+    """Runs on one node: stop what that node's ledger still holds for study ``key``, and take
+    the files its interrupted trials left (their driver died before they travelled back)."""
     book = node_ledger(key)
-    return [
+    notes = [
         f"{_where()}: stopped orphaned processes {', '.join(map(str, pids))} (group {e.pgid}, {e.argv0}) of {e.trial_dir}"
         for e, pids in book.stop_orphans()
     ]
+    left = leftovers(key)
+    notes += [f"{_where()}: took trial {n}'s files ({', '.join(sorted(files))}) left on this node" for n, files in left.items()]
+    return notes, left
+
+
+def leftovers(key: str, root: Path | None = None) -> dict[int, dict[str, bytes]]:
+    """Files of study ``key``'s trials left in this node's temp folders (by trial number), which
+    are removed once read. Only the study's lease holder sweeps, so none of them is running."""
+    found: dict[int, dict[str, bytes]] = {}
+    for folder in sorted((root or Path(tempfile.gettempdir())).glob(f"{LEFTOVER_PREFIX}*")):
+        try:
+            marker = json.loads((folder / MARKER).read_text())
+        except (OSError, ValueError):
+            continue
+        if marker.get("key") != key or not str(marker.get("trial", "")).isdigit():
+            continue
+        found[int(marker["trial"])] = _collect(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    return found
 
 
 def connection_problem(exc: BaseException) -> str:
@@ -211,6 +236,7 @@ class RayExecutor:
         resources = ray.cluster_resources()
         self._by_device = self._local or all(f"tuner_device_{d}" in resources for d in devices)
         self.node_key = None if self._local else (node_key or "default")
+        self.leftovers: dict[int, dict[str, bytes]] = {}  # trial number -> files its node kept (see recover)
         self.recovered = self.sweep_nodes() if self.node_key else []
 
     def sweep_nodes(self) -> list[str]:
@@ -222,7 +248,11 @@ class RayExecutor:
             sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(self.node_key)
             for node in self._ray.nodes() if node.get("Alive")
         ]
-        return [line for lines in self._ray.get(refs) for line in lines]
+        notes: list[str] = []
+        for found, left in self._ray.get(refs):
+            notes += found
+            self.leftovers.update(left)
+        return notes
 
     def _record_cluster(self) -> None:
         if self._ledger is not None:
@@ -251,7 +281,7 @@ class RayExecutor:
             try:
                 kind, value, files = done.result()
                 if files:
-                    _write_back(trial_dir, files)
+                    write_back(trial_dir, files)
             except BaseException as exc:  # noqa: BLE001 - a lost worker, a cancelled task
                 result.set_exception(_infrastructure(exc))
                 return
@@ -275,7 +305,7 @@ class RayExecutor:
             self._ledger.stop_orphans(self._ledger.labelled(RAY_LABEL))
 
 
-def _write_back(trial_dir: Path, files: dict[str, bytes]) -> None:
+def write_back(trial_dir: Path, files: dict[str, bytes]) -> None:
     """A cluster trial's files, written into the driver's runs/ as if the trial had run here."""
     for rel, data in files.items():
         path = trial_dir / rel

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
 import optuna
 import typer
@@ -15,7 +16,7 @@ from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
 from tuner.devices import GpuHygiene
 from tuner.dryrun import dry_run as plan
-from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, recover
+from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
 from tuner.credentials import mask
 from tuner.exceptions import ConfigError
 from tuner.noise import NOISE
@@ -44,6 +45,7 @@ def run(
     ray_address: str = typer.Option(None, "--ray-address", help="an existing Ray cluster (default: a local one, started and stopped here)"),
     no_screen: bool = typer.Option(False, "--no-screen", help="launch every proposal, even those predicted to fail"),
     no_remeasure: bool = typer.Option(False, "--no-remeasure", help="skip the fresh-server re-measurements (noise floor, front candidates)"),
+    artifacts: Path = typer.Option(None, "--artifacts", help="the study's artifact store, a path every driver can reach (default runs/<study>/artifacts)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate, lay out partitions, print the first configs' argv and an estimate; start nothing"),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug logs"),
 ) -> None:
@@ -61,7 +63,7 @@ def run(
                          max_parallel=_max_parallel(the_space) if executor == "ray" else 1, sampler=sampler):
             echo(line)
         return
-    run_dir = RunDir.for_study(name)
+    run_dir = RunDir.for_study(name, artifacts=artifacts)
     run_dir.root.mkdir(parents=True, exist_ok=True)
     if ray_address and not (storage or "").startswith(("postgresql", "mysql")):
         echo(f"warning: --ray-address with SQLite storage ({mask(storage or run_dir.db_url)}): trials on other nodes report to this "
@@ -79,10 +81,12 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
     engines.get(the_space.engine).provision(progress_bar)
     ledger = Ledger(run_dir.root / "servers")
     echo(f"study {name}: {path} ({the_space.engine}), {budget} trials, objectives {objective.metric_names}")
-    for note in recover(the_study, ledger):
+    for note in stop_orphans(ledger):
         echo(f"  recovered: {note}")
-    runner = _executor(executor, the_space, ray_address, ledger, name)
+    runner = _executor(executor, the_space, ray_address, ledger, name)  # on a cluster: sweeps every node, takes its leftovers
     for note in getattr(runner, "recovered", []):
+        echo(f"  recovered: {note}")
+    for note in fail_interrupted(the_study, run_dir, getattr(runner, "leftovers", None)):
         echo(f"  recovered: {note}")
     driver = Driver(
         the_space, the_study, objective, run_dir, runner, ledger=ledger,
@@ -123,7 +127,8 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
         runner.shutdown()
     echo(f"\nstopped: {summary.stop_reason}; {summary.launched} launched in {format_duration(summary.wall_s)}")
     print_table(the_study)
-    echo(f"\nevidence: {run_dir.root}/ (trials.csv, trials/<n>/server.log, outcome.json, evidence.json)")
+    echo(f"\nevidence: {run_dir.root}/ (trials.csv, trials/<n>/server.log, outcome.json, evidence.json), and in the study's "
+         f"artifact store {run_dir.artifacts}/ (optuna-dashboard STORAGE --artifact-dir {run_dir.artifacts})")
     if received:  # scripts must tell a stopped run from a finished one: 128 + the signal, as shells do
         raise typer.Exit(128 + received[0])
 
