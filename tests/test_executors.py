@@ -174,3 +174,59 @@ def test_tune_run_on_the_cluster_from_the_command_line(cluster, tmp_path: Path, 
     study = optuna.load_study(study_name="cli-multi", storage=f"sqlite:///{tmp_path / 'runs' / 'cli-multi' / 'study.db'}")
     ran = {t.user_attrs["partition"][0]: t.user_attrs["node"] for t in study.get_trials() if t.state.name == "COMPLETE"}
     assert set(ran) == {0, 1} and all(nodes[d][:12] in where for d, where in ran.items()), ran
+
+
+def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_interrupted_trials_evidence(
+    cluster, tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
+    """README's cluster path: the driver is killed (-9) while its trials run on the worker nodes;
+    a driver started from another folder on the same study takes over, stops the orphans on every
+    node, and the interrupted trials' server.log and files (left in their nodes' temp folders) end
+    up in its runs/ and in the study's artifact store, attached to the trials it records FAIL."""
+    import signal
+    import sys
+
+    import optuna
+    import yaml
+    from optuna.artifacts import get_all_artifact_meta
+
+    address, _ = cluster
+    raw = _two_partitions("crash-node")
+    raw["probes"]["load"].update(duration=30, max_duration=30)  # still probing when the driver dies
+    space = tmp_path / "crash-node.yaml"
+    space.write_text(yaml.safe_dump(raw))
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    argv = [sys.executable, "-m", "tuner", "run", "--space", str(space), "--ray-address", address, "--storage", storage,
+            "--artifacts", str(tmp_path / "artifacts"), "--no-remeasure"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    first = subprocess.Popen(argv, cwd=tmp_path / "a", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                running = optuna.load_study(study_name="crash-node", storage=storage).get_trials(states=(optuna.trial.TrialState.RUNNING,))
+            except KeyError:
+                running = []
+            if sum("partition" in t.user_attrs for t in running) == 2:
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError("the first driver did not launch two trials within 120 s")
+        time.sleep(8)  # both servers up and probing
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = subprocess.run(argv, cwd=tmp_path / "b", env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "left on this node" in second.stdout, second.stdout
+    study = optuna.load_study(study_name="crash-node", storage=storage)
+    interrupted = [t for t in study.get_trials() if t.state.name == "FAIL" and "interrupted" in t.user_attrs.get("error", "")]
+    assert len(interrupted) == 2, [(t.number, t.state.name, t.user_attrs.get("error")) for t in study.get_trials()]
+    for t in interrupted:
+        log = tmp_path / "b" / "runs" / "crash-node" / "trials" / str(t.number) / "server.log"
+        assert log.is_file() and "--port" in (log.parent / "command.txt").read_text() and log.stat().st_size > 0, log
+        assert {"server.log", "command.txt"} <= {m.filename for m in get_all_artifact_meta(t, storage=study._storage)}
