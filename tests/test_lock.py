@@ -238,3 +238,16 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
     trials = optuna.load_study(study_name="two-drivers", storage=storage).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"], [(t.state.name, t.user_attrs.get("error")) for t in trials]
     assert not (tmp_path / "b" / "runs" / "two-drivers" / "trials").exists(), "the refused driver started trials"
+
+
+def test_running_trials_of_a_gone_driver_are_shown_stale(tmp_path: Path) -> None:
+    from tuner.lock import stale_running
+
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    study.ask()
+    assert stale_running(study).startswith("stale: trial(s) 0 show RUNNING but their driver is gone (no driver holds the study)")
+    with StudyLock(tmp_path / "a.lock", "s", settle=0.01) as lock:
+        lock.lease(study)
+        assert stale_running(study) == ""  # a live holder: its trials really run
+    study.set_user_attr(LEASE_ATTR, _foreign(beat=time.time() - 300))
+    assert "pid 7 on node-b" in stale_running(study) and "last heartbeat 300s ago" in stale_running(study)

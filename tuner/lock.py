@@ -38,7 +38,7 @@ import optuna
 from tuner import procfs
 from tuner.exceptions import TunerError
 
-__all__ = ["LEASE_ATTR", "Lease", "StudyLock", "StudyLocked", "lease_of", "machine_id"]
+__all__ = ["LEASE_ATTR", "Lease", "StudyLock", "StudyLocked", "lease_of", "machine_id", "stale_running"]
 
 logger = logging.getLogger(__name__)
 
@@ -223,3 +223,14 @@ def _read(text: str) -> dict[str, Any]:
         return json.loads(text)
     except ValueError:
         return {}
+
+
+def stale_running(study: optuna.Study, stale_after: float = 60.0) -> str:
+    """A line when RUNNING trials have no live driver (its lease is gone or stale), else ''."""
+    held = lease_of(study)
+    if held is not None and held.alive(stale_after):
+        return ""
+    running = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
+    who = f"{held.describe()}, last heartbeat {held.age():.0f}s ago" if held is not None else "no driver holds the study"
+    return (f"stale: trial(s) {', '.join(map(str, running))} show RUNNING but their driver is gone ({who}); "
+            f"the next `tune run --study {study.study_name}` records them as interrupted and re-queues them")

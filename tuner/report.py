@@ -16,6 +16,7 @@ from tuner.export import build_export
 from tuner.limits import default_contexts
 from tuner.pareto import fronts
 from tuner.screen import describe_screen, screen_for
+from tuner.lock import stale_running
 from tuner.pick import candidates, context_metric, describe_noise, feasible, objective_metrics, pick, role_index
 from tuner.plots import concurrency_html, front_html, importance_html, power_html, timeline_html
 from tuner.space import SearchSpace
@@ -79,6 +80,8 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
 
     md = [f"# tuner report: {name}", "", f"engine **{space.engine}**, model `{space.model.path}`", ""]
     md += ["## Trials by state", "", "| state | trials |", "|---|---|", *[f"| {s} | {n} |" for s, n in sorted(states.items())], ""]
+    if states.get("RUNNING") and (stale := stale_running(study)):
+        md += [f"**{stale}**", ""]
     md += ["## Time", "", "| spent on | seconds |", "|---|---|", *[f"| {k} | {v:,.1f} |" for k, v in split.items()], ""]
     md += ["## Failures by signature", ""]
     for sig, trials in failures.items():

@@ -15,13 +15,14 @@ from tuner.study import OBJECTIVES_ATTR
 
 def compare(
     studies: list[str] = typer.Option(..., "--study", help="study name, or NAME=STORAGE_URL; two or more"),
+    storage: str = typer.Option(None, "--storage", help="Optuna storage URL of the studies given by name (default: runs/<study>/study.db)"),
     repeats: int = typer.Option(3, "--repeats", min=1, help="fresh servers per pick, interleaved"),
     how: str = typer.Option("knee", "--pick", help="knee | max-throughput | max-context"),
 ) -> None:
     """Do two tunes agree? Each study's pick on fresh servers, interleaved, in one run: differs or ties."""
     if len(studies) < 2:
         raise ConfigError("--study: give two or more studies to compare")
-    opened = {spec.split("=", 1)[0]: open_existing(spec.split("=", 1)[0], spec if "=" in spec else None) for spec in studies}
+    opened = {spec.split("=", 1)[0]: open_existing(spec.split("=", 1)[0], spec if "=" in spec else storage) for spec in studies}
     first = next(iter(opened.values()))
     space = stored_space(first)
     objective = ObjectiveSet.model_validate(first.user_attrs[OBJECTIVES_ATTR])

@@ -8,7 +8,7 @@ import optuna
 import typer
 
 from tuner.cli._common import echo, echo_table, open_existing, terminal_width
-from tuner.lock import lease_of
+from tuner.lock import stale_running
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
 from tuner.study import SPACE_ATTR
@@ -50,17 +50,6 @@ def screen_lines(study: optuna.Study) -> list[str]:
     space = SearchSpace.model_validate(raw)
     lines = describe_screen(study.get_trials(deepcopy=False), screen_for(space.engine), space.values)
     return ["pre-screen:", *(f"  {line}" for line in lines)] if lines else []
-
-
-def stale_running(study: optuna.Study, stale_after: float = 60.0) -> str:
-    """A line when RUNNING trials have no live driver (its lease is gone or stale), else ''."""
-    held = lease_of(study)
-    if held is not None and held.alive(stale_after):
-        return ""
-    running = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
-    who = f"{held.describe()}, last heartbeat {held.age():.0f}s ago" if held is not None else "no driver holds the study"
-    return (f"stale: trial(s) {', '.join(map(str, running))} show RUNNING but their driver is gone ({who}); "
-            f"the next `tune run --study {study.study_name}` records them as interrupted and re-queues them")
 
 
 def print_best(study: optuna.Study) -> None:
