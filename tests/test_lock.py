@@ -184,7 +184,7 @@ def _unshare_uts() -> list[str] | None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("where", ["sqlite", "postgresql-other-hostname"])
+@pytest.mark.parametrize("where", ["sqlite", "sqlite-other-hostname", "postgresql", "postgresql-other-hostname"])
 def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_unharmed(
     where: str, tmp_path: Path, llama_server: Path, smollm2: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -196,19 +196,18 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
     from tests.conftest import tiny_space
 
     prefix: list[str] = []
-    if where == "sqlite":
-        storage = f"sqlite:///{tmp_path}/two-drivers.db"
-    else:
-        storage = request.getfixturevalue("postgres")
+    storage = f"sqlite:///{tmp_path}/two-drivers.db" if where.startswith("sqlite") else request.getfixturevalue("postgres")
+    if where.endswith("other-hostname"):
         prefix = _unshare_uts() or pytest.skip("needs unshare --uts (root)")
-    raw = tiny_space(name="two-drivers")
+    study_name = f"two-drivers-{where}"
+    raw = tiny_space(name=study_name)
     raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
     raw["enqueue"] = [{"parallel": 1}, {"parallel": 2}]
     raw["probes"]["load"].update(duration=4, max_duration=4)
     raw["budget"] = {"trials": 2}
     space = tmp_path / "two-drivers.yaml"
     space.write_text(yaml.safe_dump(raw))
-    argv = [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", "two-drivers", "--storage", storage, "--no-remeasure"]
+    argv = [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", study_name, "--storage", storage, "--no-remeasure"]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     first = subprocess.Popen(argv, cwd=tmp_path / "a", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -216,7 +215,7 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                running = optuna.load_study(study_name="two-drivers", storage=storage).get_trials(states=(optuna.trial.TrialState.RUNNING,))
+                running = optuna.load_study(study_name=study_name, storage=storage).get_trials(states=(optuna.trial.TrialState.RUNNING,))
             except KeyError:  # not created yet
                 running = []
             if any("partition" in t.user_attrs for t in running):
@@ -228,16 +227,16 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
         second = subprocess.run(prefix + argv, cwd=tmp_path / "b", capture_output=True, text=True, timeout=120)
         lines = second.stderr.strip().splitlines()
         assert second.returncode == 1 and len(lines) == 1, second.stdout + second.stderr
-        assert lines[0].startswith(f"error: study 'two-drivers' is being run by pid {first.pid} on "), lines
+        assert lines[0].startswith(f"error: study '{study_name}' is being run by pid {first.pid} on "), lines
         out, _ = first.communicate(timeout=180)
         assert first.returncode == 0, out
     finally:
         if first.poll() is None:
             os.killpg(first.pid, 9)
             first.wait()
-    trials = optuna.load_study(study_name="two-drivers", storage=storage).get_trials()
+    trials = optuna.load_study(study_name=study_name, storage=storage).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"], [(t.state.name, t.user_attrs.get("error")) for t in trials]
-    assert not (tmp_path / "b" / "runs" / "two-drivers" / "trials").exists(), "the refused driver started trials"
+    assert not (tmp_path / "b" / "runs" / study_name / "trials").exists(), "the refused driver started trials"
 
 
 def test_running_trials_of_a_gone_driver_are_shown_stale(tmp_path: Path) -> None:
