@@ -379,3 +379,19 @@ def test_on_eight_gpus_a_tp8_trial_is_passed_at_most_once(tmp_path: Path) -> Non
         spans = sorted((launched(t), t.datetime_complete) for t in trials if gpu in t.user_attrs["partition"])
         assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:])), gpu
     assert launched(trials[2]) < trials[0].datetime_complete  # the free half did not idle while trial 1 waited
+
+
+def test_an_unwritable_artifact_store_costs_no_verdict(tmp_path: Path) -> None:
+    """The store on a path that cannot be written (a shared mount gone read-only): the trial is
+    still told, its files stay in runs/, and a warning says so."""
+    from tuner.driver import Verdict, tell
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    run_dir = RunDir(tmp_path / "runs" / "s", artifact_dir=blocker / "artifacts")
+    study = optuna.create_study()
+    trial = study.ask()
+    run_dir.trial(0).mkdir(parents=True)
+    (run_dir.trial(0) / "server.log").write_text("log\n")
+    tell(study, trial, Verdict(TrialState.COMPLETE, (1.0,)), run_dir=run_dir)
+    assert study.trials[0].state == TrialState.COMPLETE and (run_dir.trial(0) / "server.log").is_file()

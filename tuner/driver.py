@@ -134,7 +134,7 @@ def keep_evidence(trial: optuna.Trial, run_dir: RunDir) -> None:
         store = run_dir.artifact_store()
         for path in files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
-    except OSError as exc:  # a full or unreachable artifact path: the local copy stays, the trial is still recorded
+    except Exception as exc:  # noqa: BLE001 - a full or unreachable store must never cost the verdict: the local copy stays
         logger.warning("trial %d: evidence not copied to the artifact store %s: %s", trial.number, run_dir.artifacts, exc)
 
 
