@@ -58,10 +58,10 @@ def echo_table(rows: list[dict[str, object]], *, floats: str = "{:,.1f}", width:
 
 def _fit(headers: list[int], cells: list[int], keep: list[bool], width: int, gap: int = 3) -> list[int]:
     """Column widths within ``width``: kept columns (numbers, state) never narrower than their
-    cells, their headers cut first (to 12 characters, 8, then to the cells); the other columns share
+    cells, their headers cut first (to 12 characters, 8, then 4); the other columns share
     what is left, the narrow ones whole and the wide ones cut evenly."""
     flexible = sorted((i for i, k in enumerate(keep) if not k), key=lambda i: max(headers[i], cells[i]))
-    for header_cap in (None, 12, 8, 0):
+    for header_cap in (None, 12, 8, 4):
         widths = [max(c, h if header_cap is None else min(h, header_cap)) for h, c in zip(headers, cells, strict=True)]
         left = width - gap * (len(widths) - 1) - sum(w for w, k in zip(widths, keep, strict=True) if k)
         if left >= sum(min(8, max(headers[i], cells[i])) for i in flexible):
