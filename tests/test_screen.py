@@ -135,7 +135,7 @@ def test_a_contradicted_skip_is_proposed_again_once(tmp_path: Path) -> None:
     assert [(t.system_attrs["fixed_params"], t.user_attrs["rescreen_of"]) for t in waiting] == [({"ctx-size": 65536}, 1)]
     from tuner.cli._status import screen_lines
 
-    lines = screen_lines(study)  # what tune status (and the report) shows
+    lines = screen_lines(study, space)  # what tune status (and the report) shows
     assert lines[0] == "pre-screen:" and lines[1].startswith("  trial 1 not launched, predicted kv_cache_oom (evidence: trial 0)")
     assert lines[2] == "  CONTRADICTED: trial 0's failure, by trial 2 (no more memory, started); skipped on its word: 1; re-proposed: 1 as trial 3"
 

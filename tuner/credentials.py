@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["mask", "mask_url"]
+__all__ = ["mask"]
 
 # scheme://user:password@host -> scheme://user:***@host, also inside a longer text and where a path
 # normalization left one slash (runs/s=postgresql:/alice:pw@host)
@@ -12,12 +12,8 @@ _USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][\w+.-]*:/+[^\s:/@]*:)(?P<password>[
 _QUERY = re.compile(r"(?P<head>[?&](?:password|passwd|pwd)=)(?P<password>[^&\s]+)", re.IGNORECASE)
 
 
-def mask_url(url: str) -> str:
-    """``url`` with its password (in the user info or a ``password=`` query) replaced by ***."""
-    return mask(url)
-
-
 def mask(text: str) -> str:
-    """``text`` with every URL password in it masked (an error that quotes a storage URL)."""
+    """``text`` with every URL password in it (user info or a ``password=`` query) replaced by
+    *** (a storage URL, or an error that quotes one)."""
     text = _USERINFO.sub(lambda m: f"{m['head']}***{m['at']}", text)
     return _QUERY.sub(lambda m: f"{m['head']}***", text)

@@ -28,7 +28,7 @@ from tuner.partitions import Partition, PartitionPool, trial_size
 from tuner.objectives import Evaluation, ObjectiveSet
 from tuner.pick import named_constraints
 from tuner.records import TrialOutcome
-from tuner.screen import NOT_LAUNCHED, Screen
+from tuner.screen import NOT_LAUNCHED, Screen, skipped_on
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
 
@@ -479,8 +479,7 @@ class Driver:
         """Skip a launch the study's own history says cannot start; record why (PRUNED)."""
         if self.screen is None:
             return False
-        self.screen.fit(self.study.get_trials(deepcopy=False), self.space.values)
-        prediction = self.screen.predict(self.space.values(params))
+        prediction = self.screen.predict(self.space.values(params))  # fitted by _requeue_contradicted, before this ask
         if prediction is None:
             return False
         evidence = Evidence(
@@ -494,7 +493,8 @@ class Driver:
 
     def _requeue_contradicted(self) -> None:
         """Re-propose, once, the configs skipped on the word of a failure that a later start
-        contradicted (the sampler was told they cannot start; it was wrong)."""
+        contradicted (the sampler was told they cannot start; it was wrong). Fits the screen to
+        the study once per ask: nothing it reads changes before :meth:`_screened` predicts."""
         if self.screen is None:
             return
         trials = self.study.get_trials(deepcopy=False)
@@ -504,8 +504,8 @@ class Driver:
             return
         done = {t.user_attrs.get("rescreen_of") for t in trials}
         for t in trials:
-            source = ((t.user_attrs.get("evidence") or {}).get("details") or {}).get("from_trial")
-            if t.user_attrs.get("screened") and source in wrong and t.number not in done:
+            source = skipped_on(t)
+            if source in wrong and t.number not in done:
                 self.study.enqueue_trial(t.params, user_attrs={"rescreen_of": t.number})
                 logger.warning("trial %d's config re-proposed: it was skipped on the word of trial %d, which trial %d contradicts "
                                "(it started with no more memory)", t.number, source, wrong[source])

@@ -148,9 +148,9 @@ class StudyLock:
 
     def lease(self, study: optuna.Study) -> None:
         """Hold the study in its storage: refuse a live holder, take over a dead one, then beat."""
-        self._refuse_live(lease_of(study))
-        self.study = study
         taken = lease_of(study)
+        self._refuse_live(taken)
+        self.study = study
         self._beat()
         time.sleep(self.settle)
         now = lease_of(study)

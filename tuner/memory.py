@@ -11,7 +11,7 @@ where such knobs are equal, so an unknown knob makes the screen decline, never g
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Axis", "MemoryModel", "kv_bytes", "number"]
@@ -69,7 +69,6 @@ class MemoryModel:
     length_fits_pool: bool = False
     pool_independent_of_length: bool = False
     model_limit: tuple[str, ...] = ()
-    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def modelled(self) -> frozenset[str]:

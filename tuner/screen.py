@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.memory import MemoryModel
 
-__all__ = ["Prediction", "Screen", "describe_screen", "screen_for"]
+__all__ = ["Prediction", "Screen", "describe_screen", "screen_for", "skipped_on"]
 
 NOT_LAUNCHED = frozenset({"screened", "duplicate_of", "invalid_combination"})
 
@@ -69,9 +69,10 @@ class Screen:
     def __init__(self, model: MemoryModel | None = None) -> None:
         self.model = model
         self.points: list[_Point] = []
+        self._contradicted: dict[int, int] = {}
 
     def fit(self, trials: Sequence[FrozenTrial], expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> None:
-        self.points = []
+        self.points, self._contradicted = [], {}
         if self.model is None:
             return
         for i, t in enumerate(trials):
@@ -82,6 +83,10 @@ class Screen:
             number = t.number if t.number >= 0 else i  # a trial made outside a study has no number: its position
             self.points.append(self._point(expand(dict(t.params)), number, t.state == TrialState.COMPLETE,
                                            t.user_attrs.get("signature"), evidence.get("details") or {}, kv))
+        started = [p for p in self.points if p.started]
+        for f in self._failures():
+            if (s := next((s for s in started if _needier(s, f)), None)) is not None:
+                self._contradicted[f.number] = s.number
 
     def _point(self, values: Mapping[str, Any], number: int = -1, started: bool = False, signature: str | None = None,
                details: Mapping[str, Any] | None = None, kv_tokens: float | None = None) -> _Point:
@@ -100,13 +105,8 @@ class Screen:
     def contradicted(self) -> dict[int, int]:
         """Failures a later start contradicts: {failed trial: the trial that started with at most
         its room and at least its need}. Such a failure is not evidence (a flaky start, or a knob
-        that spends memory the model does not know)."""
-        started = [p for p in self.points if p.started]
-        found = {}
-        for f in self._failures():
-            if (s := next((s for s in started if _needier(s, f)), None)) is not None:
-                found[f.number] = s.number
-        return found
+        that spends memory the model does not know). Found once per :meth:`fit`."""
+        return dict(self._contradicted)
 
     def predict(self, values: dict[str, Any]) -> Prediction | None:
         if self.model is None:
@@ -123,9 +123,8 @@ class Screen:
                     return Prediction(p.signature or "context_above_model", f"{model.length} {length:,.0f} > the model's {limit:,.0f} "
                                       f"(named by the engine in trial {p.number})", {"from_trial": p.number, "rule": "model_limit",
                                                                                      "asked": length, "limit": limit})
-        wrong = self.contradicted()
         for f in self._failures():
-            if f.number in wrong:
+            if f.number in self._contradicted:
                 continue
             if _needier(c, f):
                 return Prediction(f.signature or "out_of_memory", f"no more memory and at least the need of trial {f.number}, "
@@ -182,6 +181,14 @@ def screen_for(engine: str) -> Screen:
     return Screen(engines.get(engine).memory)
 
 
+def skipped_on(trial: FrozenTrial) -> int | None:
+    """The trial whose evidence a screened trial was skipped on (None: not screened, or a rule
+    without one)."""
+    if not trial.user_attrs.get("screened"):
+        return None
+    return ((trial.user_attrs.get("evidence") or {}).get("details") or {}).get("from_trial")
+
+
 def describe_screen(trials: Sequence[FrozenTrial], screen: Screen, expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> list[str]:
     """The screen's decisions, each with the trial it came from, and the failures a later start
     contradicted (with what was re-proposed), as lines to show."""
@@ -189,15 +196,13 @@ def describe_screen(trials: Sequence[FrozenTrial], screen: Screen, expand: Calla
     for t in trials:
         if not t.user_attrs.get("screened"):
             continue
-        details = (t.user_attrs.get("evidence") or {}).get("details") or {}
-        source = f" (evidence: trial {details['from_trial']})" if "from_trial" in details else ""
+        source = f" (evidence: trial {n})" if (n := skipped_on(t)) is not None else ""
         lines.append(f"trial {t.number} not launched, predicted {t.user_attrs['screened']}{source}: "
                      f"{(t.user_attrs.get('evidence') or {}).get('summary', '')}")
     screen.fit(trials, expand)
     requeued = {t.user_attrs["rescreen_of"]: t.number for t in trials if "rescreen_of" in t.user_attrs}
     for failed, started in sorted(screen.contradicted().items()):
-        skipped = [t.number for t in trials if ((t.user_attrs.get("evidence") or {}).get("details") or {}).get("from_trial") == failed
-                   and t.user_attrs.get("screened")]
+        skipped = [t.number for t in trials if skipped_on(t) == failed]
         again = ", ".join(f"{n} as trial {requeued[n]}" for n in skipped if n in requeued)
         lines.append(f"CONTRADICTED: trial {failed}'s failure, by trial {started} (no more memory, started); "
                      f"skipped on its word: {', '.join(map(str, skipped)) or 'none'}" + (f"; re-proposed: {again}" if again else ""))

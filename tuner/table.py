@@ -6,8 +6,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import math
-
 import optuna
 import pandas as pd
 

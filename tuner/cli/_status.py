@@ -27,7 +27,8 @@ def status(
 def print_table(study: optuna.Study, width: int | None = None) -> None:
     """The trials, fitted to the terminal (``width``): key columns only; `tune trials` has them all."""
     raw = study.user_attrs.get(SPACE_ATTR)
-    rows = summary_rows(study, SearchSpace.model_validate(raw) if raw else None)
+    space = SearchSpace.model_validate(raw) if raw else None
+    rows = summary_rows(study, space)
     if not rows:
         echo("no trials yet")
         return
@@ -37,17 +38,15 @@ def print_table(study: optuna.Study, width: int | None = None) -> None:
     if counts.get("RUNNING") and (stale := stale_running(study)):
         echo(stale)
     print_noise(study)
-    for line in screen_lines(study):
+    for line in screen_lines(study, space):
         echo(line)
     print_best(study)
 
 
-def screen_lines(study: optuna.Study) -> list[str]:
+def screen_lines(study: optuna.Study, space: SearchSpace | None) -> list[str]:
     """The pre-screen's decisions with their evidence (none where the study has no stored space)."""
-    raw = study.user_attrs.get(SPACE_ATTR)
-    if raw is None:
+    if space is None:
         return []
-    space = SearchSpace.model_validate(raw)
     lines = describe_screen(study.get_trials(deepcopy=False), screen_for(space.engine), space.values)
     return ["pre-screen:", *(f"  {line}" for line in lines)] if lines else []
 

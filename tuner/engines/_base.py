@@ -120,8 +120,8 @@ class EngineAdapter(ABC):
     startup_phases: ClassVar[tuple[tuple[str, str], ...]] = ()
     # what the engine spends memory on, for the pre-screen (tuner.screen); None: never predict
     memory: ClassVar[MemoryModel | None] = None
-    graphs_off_flags: ClassVar[tuple[str, ...]] = ()
-    typical_start_s: ClassVar[float] = 60.0  # a start as measured here: the dry run's estimate of a night  # flags that serve without CUDA graphs (a load-time warning)
+    graphs_off_flags: ClassVar[tuple[str, ...]] = ()  # flags that serve without CUDA graphs (a load-time warning)
+    typical_start_s: ClassVar[float] = 60.0  # a start as measured here: the dry run's estimate of a night
 
     @abstractmethod
     def executable(self) -> list[str]:
