@@ -178,8 +178,9 @@ GPU_SPACES = sorted(p for p in (ROOT / "search_spaces").glob("*.yaml") if yaml.s
 
 @pytest.mark.parametrize("path", GPU_SPACES, ids=lambda p: p.stem)
 def test_every_shipped_gpu_space_measures_with_cuda_graphs(path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Users serve with CUDA graphs (and vLLM's compile) on; eager mode doubled the spread on the
-    H200 and changes the throughput. No shipped GPU space turns them off; one that does is warned."""
+    """Users serve with CUDA graphs (and vLLM's compile) on; in eager mode the H200 served a third
+    of the tokens of the same config (docs/noise.md). No shipped GPU space turns them off; one that
+    does is warned."""
     raw = yaml.safe_load(path.read_text())
     raw["model"]["path"] = str(tmp_path)  # laid out on the H200 by the installers
     with caplog.at_level(logging.WARNING, logger="tuner.space._load"):

@@ -116,7 +116,7 @@ def _cross_check(space: SearchSpace, source: str) -> None:
     if graphs_off and space.hardware.kind == "gpu":
         logger.warning(
             "%s: server.flags.%s: trials measure without CUDA graphs, which no deployment serves with "
-            "(eager mode doubled the spread on the H200 and changes the throughput)",
+            "(on the H200 eager mode served a third of the tokens of the same config with graphs: docs/noise.md)",
             source, graphs_off[0],
         )
     throughput = objective.index_of("throughput")
