@@ -107,7 +107,14 @@ def test_sigint_stops_tears_down_and_records(tmp_path: Path, llama_server: Path)
     assert not any(_alive(s) for s in servers)
     study = optuna.load_study(study_name="stop", storage=f"sqlite:///{tmp_path}/runs/stop/study.db")
     assert not any(t.state == TrialState.RUNNING for t in study.get_trials())
-    assert any(t.state == TrialState.FAIL and "interrupted" in t.user_attrs.get("error", "") for t in study.get_trials())
+    trials = study.get_trials()
+    interrupted = [t for t in trials if t.state == TrialState.FAIL and "interrupted" in t.user_attrs.get("error", "")]
+    assert interrupted
+    # each interrupted config waits in the queue for the next run (an enqueued grid point or
+    # baseline has no other way back); a resume measures it first
+    queued = {t.user_attrs["requeued_from"]: t for t in trials if t.state == TrialState.WAITING}
+    assert sorted(queued) == sorted(t.number for t in interrupted)
+    assert all(queued[t.number].system_attrs["fixed_params"] == t.params for t in interrupted)
 
 
 def test_stop_with_sigint_inherited_as_ignored_and_a_second_run_refused(tmp_path: Path, llama_server: Path) -> None:
@@ -138,7 +145,11 @@ def test_stop_with_sigint_inherited_as_ignored_and_a_second_run_refused(tmp_path
     assert run.returncode == 128 + signal.SIGINT, out
     assert not any(_alive(s) for s in servers)
     study = optuna.load_study(study_name="bg", storage=f"sqlite:///{tmp_path}/runs/bg/study.db")
-    for t in study.get_trials():
+    trials = study.get_trials()
+    for t in trials:
+        if t.state == TrialState.WAITING:  # an interrupted trial's config, queued for the next run
+            assert trials[t.user_attrs["requeued_from"]].state == TrialState.FAIL, t
+            continue
         assert t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED), t
         finished = (tmp_path / "runs" / "bg" / "trials" / str(t.number) / "outcome.json").is_file()
         assert not (finished and t.state == TrialState.FAIL), f"trial {t.number} measured but recorded FAIL"

@@ -250,11 +250,20 @@ def fail_interrupted(study: optuna.Study, run_dir: RunDir | None = None, leftove
         error = "interrupted: the tuner stopped while this trial ran" if ran else "asked but never launched: the tuner stopped"
         tell(study, trial, Verdict(TrialState.FAIL, attrs={"error": error}), run_dir=run_dir)
         note = f"trial {frozen.number} was {'interrupted' if ran else 'asked, never launched'}: recorded as FAIL"
-        if "requeued_from" not in frozen.user_attrs and frozen.params:
-            study.enqueue_trial(frozen.params, user_attrs={"requeued_from": frozen.number})
+        if requeue(study, frozen):
             note += ", params re-queued"
         notes.append(note)
     return notes
+
+
+def requeue(study: optuna.Study, trial: optuna.Trial | optuna.trial.FrozenTrial) -> bool:
+    """Queue an interrupted trial's params again (once: a re-queued trial interrupted in turn is
+    not), so the next run measures the config instead of losing it; an enqueued config (a grid
+    point, a baseline) has no other way back. Returns whether it was queued."""
+    if "requeued_from" in trial.user_attrs or not trial.params:
+        return False
+    study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number})
+    return True
 
 
 class Driver:
@@ -552,6 +561,8 @@ class Driver:
             unfinished.append(self._launching.trial)
         for trial in unfinished:
             record(self.study, trial, self.run_dir, self.objective, error=InfrastructureError(why))
+            if requeue(self.study, trial):
+                logger.info("trial %d was interrupted: its params are queued for the next run", trial.number)
         for entry in self._running.values():
             self.pool.release(entry.partition)
         self._running.clear()
