@@ -265,9 +265,19 @@ def score(table: Table, launches: list[str]) -> dict[str, Any]:
 
 
 def _median(values: list[int | None], cap: int) -> str:
-    """Median, where a run that never reached the target counts as ``cap`` (shown as '> cap')."""
-    value = statistics.median(v if v is not None else cap + 1 for v in values)
-    return f"> {cap}" if value > cap else f"{value:g}"
+    """Median, where a run that never reached the target counts as ``cap`` (shown as '> cap'), with
+    its spread over seeds (interquartile range) where there is more than one run."""
+    counted = [v if v is not None else cap + 1 for v in values]
+    value = statistics.median(counted)
+    shown = f"> {cap}" if value > cap else f"{value:g}"
+    if len(counted) < 2:
+        return shown
+    q1, _, q3 = statistics.quantiles(counted, n=4, method="inclusive")
+    return f"{shown} (IQR {_capped(q1, cap)}-{_capped(q3, cap)})"
+
+
+def _capped(value: float, cap: int) -> str:
+    return f">{cap}" if value > cap else f"{value:g}"
 
 
 def run(table: Table, seeds: int) -> list[str]:
@@ -297,8 +307,14 @@ def run(table: Table, seeds: int) -> list[str]:
         best = _median([r["to_best"] for r in rows], cap)
         launched = statistics.median(r["launched"] for r in rows)
         wasted = statistics.median(r["wasted"] for r in rows)
-        share = f"{float(hv) / size:.1%}" if not hv.startswith(">") else "-"
+        share = f"{float(hv.split()[0]) / size:.1%}" if not hv.startswith(">") else "-"
         lines.append(f"| {name} | {hv} | {share} | {best} | {wasted:g} of {launched:g} ({wasted / max(launched, 1):.0%}) |")
+    ours_hv = [r["to_hv"] or budget + 1 for r in results["ours (TPE + screen)"]]
+    rand_hv = [r["to_hv"] or budget + 1 for r in results["random"]]
+    pairs = [(a, b) for a in ours_hv for b in rand_hv]
+    superiority = (sum(a < b for a, b in pairs) + 0.5 * sum(a == b for a, b in pairs)) / len(pairs)
+    lines += ["", f"launches to 95 % of front HV, ours vs random over all {seeds} x {seeds} seed pairs: ours fewer in "
+              f"{superiority:.0%} (probability of superiority; 50 % is no difference)"]
     lines += ["", f"pre-screen: median {statistics.median(total_skips):g} launches skipped per run; false skips (skipped configs "
               f"that would have started): median {statistics.median(skips):g}, max {max(skips)}, {sum(skips)} of {sum(total_skips)} "
               f"skips over {seeds} seeds", ""]

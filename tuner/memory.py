@@ -58,7 +58,9 @@ class MemoryModel:
     shrink with the length (``pool_independent_of_length``, a measured fact of the engine).
     ``length_fits_pool``: a length above the KV pool (capacity.kv_tokens) cannot
     start (vLLM); ``model_limit``: the detail naming the model's own longest context, above which
-    nothing starts whatever the memory (SGLang's derived context length)."""
+    nothing starts whatever the memory (SGLang's derived context length). ``pool_margin``: how much
+    the pool the engine reports (or names a length from) varies between two starts of the same
+    memory settings, relative; a length within it of the named or reported one is not skipped."""
 
     room: tuple[Axis, ...]
     needs: tuple[Axis, ...]
@@ -69,6 +71,7 @@ class MemoryModel:
     length_fits_pool: bool = False
     pool_independent_of_length: bool = False
     model_limit: tuple[str, ...] = ()
+    pool_margin: float = 0.0
 
     @property
     def modelled(self) -> frozenset[str]:

@@ -132,13 +132,13 @@ class Screen:
                                   {"from_trial": f.number, "rule": "dominated", **_axes(model, f, c)})
             limit = _float(f.details.get(model.length_limit)) if model.length_limit else None
             shorter_ok = model.pool_independent_of_length or _cmp(length, _float(f.values.get(model.length)), lambda u, v: u >= v)
-            if limit is not None and length is not None and length > limit and shorter_ok and _needier(c, f, skip=model.length):
+            if limit is not None and length is not None and length > limit * (1 + model.pool_margin) and shorter_ok and _needier(c, f, skip=model.length):
                 return Prediction(f.signature or "max_model_len_exceeds_kv", f"{model.length} {length:,.0f} > the {limit:,.0f} the engine named "
                                   f"for trial {f.number}'s memory, and this config has no more",
                                   {"from_trial": f.number, "rule": "engine_named_length", "asked": length, "limit": limit})
         if model.length_fits_pool and length is not None:
             for s in self.points:
-                if s.started and s.kv_tokens is not None and length > s.kv_tokens and _needier(c, s, skip=model.length):
+                if s.started and s.kv_tokens is not None and length > s.kv_tokens * (1 + model.pool_margin) and _needier(c, s, skip=model.length):
                     return Prediction("max_model_len_exceeds_kv", f"{model.length} {length:,.0f} > the {s.kv_tokens:,.0f}-token KV pool "
                                       f"trial {s.number} reported, and this config has no more memory",
                                       {"from_trial": s.number, "rule": "pool_reported", "asked": length, "pool_tokens": s.kv_tokens})
