@@ -96,3 +96,40 @@ def test_a_server_that_requires_an_api_key_is_ready_and_measured(
     assert outcome.metrics()["load.output_tok_s"] > 0
     for path in (tmp_path / "trials" / "0").iterdir():
         assert secret not in path.read_text(), f"the API key leaked into {path.name}"
+
+
+def test_a_port_taken_between_the_check_and_the_bind_is_started_again_on_another(
+    tmp_path: Path, llama_server: Path, smollm2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program (a second tuner's trial) takes the port after the partition found it free:
+    the real llama-server cannot bind it, and the trial starts again on the block's next free
+    port instead of recording the config as infeasible; the failed start's log is kept."""
+    import socket
+
+    from tuner import partitions
+    from tuner.trial import serve
+
+    space = validate(tiny_space(), "tiny.yaml")
+    [partition] = make_partitions("cpu", [0], 1)
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        real = partitions.free_port
+        calls: list[int] = []
+
+        def racing(host: str, base: int, span: int) -> int:  # free when looked at, taken when bound
+            calls.append(base)
+            return taken if len(calls) == 1 else real(host, base, span)
+
+        monkeypatch.setattr(partitions, "free_port", racing)
+        trial_dir = tmp_path / "trials" / "0"
+        with serve(space, {"ctx-size": 2048}, trial_dir, partition, ledger=Ledger(tmp_path / "servers")) as served:
+            assert served.server.port != taken
+            assert f"--port {served.server.port}" in (trial_dir / "command.txt").read_text()
+        kept = trial_dir / f"server.port-{taken}-taken.log"
+        assert "couldn't bind HTTP server socket" in kept.read_text()
+        assert len(calls) == 2 and calls[1] == partition.port_base
+    finally:
+        squatter.close()

@@ -39,8 +39,11 @@ class Partition:
             return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.devices))}
         return {}
 
-    def port(self, host: str = "127.0.0.1") -> int:
-        return free_port(host, self.port_base, PORT_SPAN)
+    def port(self, host: str = "127.0.0.1", *, after: int | None = None) -> int:
+        """A free port of this partition's block (above ``after``: one another program took)."""
+        inside = after is not None and self.port_base <= after < self.port_base + PORT_SPAN - 1
+        start = after + 1 if inside and after is not None else self.port_base
+        return free_port(host, start, self.port_base + PORT_SPAN - start)
 
     def describe(self) -> str:
         cores = f", server cores {_ranges(self.cpus)}, client cores {_ranges(self.client_cpus)}" if self.cpus else ""

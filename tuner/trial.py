@@ -20,7 +20,7 @@ from tuner.artifacts import write_json
 from tuner.exceptions import ConfigInfeasible, CrashedUnderLoad
 from tuner.ledger import Ledger
 from tuner.partitions import Partition
-from tuner.engines import Command
+from tuner.engines import Category, Command
 from tuner.probes import ServerHandle
 from tuner.probes.load import MAX_ERROR_RATE, per_gpu
 from tuner.probes.capacity import read_capacity
@@ -58,6 +58,9 @@ class Served:
     started_at: float
 
 
+PORT_ATTEMPTS = 3  # starts of one trial when another program takes its port first
+
+
 @contextmanager
 def serve(
     space: SearchSpace, params: dict[str, Any], trial_dir: Path, partition: Partition, *, ledger: Ledger | None = None
@@ -70,33 +73,46 @@ def serve(
     model_path = adapter.resolve_model(space.model.path)
     api_key = os.environ.get(space.server.api_key_env) if space.server.api_key_env else None
     host = space.server.host
-    port = partition.port(host)
-    command = adapter.command(
-        params, space=space, model_path=model_path, port=port, partition=partition, secrets=(api_key,) if api_key else ()
-    )
     trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "command.txt").write_text(command.shell_line() + "\n")
-    started_at = time.time()
-    server = ServerProcess(
-        command,
-        adapter=adapter,
-        log_path=trial_dir / "server.log",
-        host=host,
-        port=port,
-        model=model_path,
-        startup_timeout=space.server.startup_timeout,
-        memory_cap=space.server.memory_cap,
-        ledger=ledger,
-        api_key=api_key,
-    )
-    progress.report("launching")
-    server.start()
-    try:
+    port: int | None = None
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = partition.port(host, after=port)
+        command = adapter.command(
+            params, space=space, model_path=model_path, port=port, partition=partition, secrets=(api_key,) if api_key else ()
+        )
+        (trial_dir / "command.txt").write_text(command.shell_line() + "\n")
+        started_at = time.time()
+        server = ServerProcess(
+            command,
+            adapter=adapter,
+            log_path=trial_dir / "server.log",
+            host=host,
+            port=port,
+            model=model_path,
+            startup_timeout=space.server.startup_timeout,
+            memory_cap=space.server.memory_cap,
+            ledger=ledger,
+            api_key=api_key,
+        )
+        progress.report("launching")
+        server.start()
         try:
             startup_s = server.wait_ready()
+            break
         except ConfigInfeasible as exc:
             server.stop()
-            raise type(exc)(str(exc), evidence=server.settled(exc.evidence)) from None
+            evidence = server.settled(exc.evidence)
+            if evidence.summary != Category.PORT_IN_USE or attempt == PORT_ATTEMPTS:
+                raise type(exc)(str(exc), evidence=evidence) from None
+            # free when the partition looked, taken before the engine bound it (another tuner's
+            # trial, any program): the config is not at fault; the next free port of the block
+            taken = trial_dir / f"server.port-{port}-taken.log"
+            (trial_dir / "server.log").replace(taken)
+            logger.warning("port %d was taken before the server bound it (%s): starting again on another", port, taken.name)
+        except BaseException:
+            server.stop()
+            raise
+    try:
         logger.info("ready after %.1fs: %s", startup_s, trial_dir)
         capacity = read_capacity(adapter, server.log_text(), server.url, headers=server.headers)
         handle = ServerHandle(
