@@ -39,3 +39,14 @@ def test_gpu_partitions_pin_their_server_and_cpu_partitions_stay_as_they_were(mo
     assert gpu[0].wrap(["srv"])[:2] == ["taskset", "--cpu-list"] and gpu[0].wrap(["srv"])[-1] == "srv"
     cpu = PartitionPool("cpu", [0, 1]).acquire(1)
     assert cpu is not None and cpu.cpus == () and cpu.wrap(["srv"]) == ["taskset", "--cpu-list", "0", "srv"]
+
+
+def test_gpus_that_share_cores_pin_each_core_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight GPUs on a machine of two cores (a dry run on a laptop; a node whose GPUs list one NUMA
+    node's cores each): a tp-4 partition's cores are listed once each, never `0,1,1`."""
+    import tuner.partitions
+
+    monkeypatch.setattr(tuner.partitions, "device_cores", lambda devices: {d: (0, 1) if d == 0 else (1,) for d in devices})
+    [first, _] = make_partitions("gpu", list(range(8)), 4)
+    assert first.cpus + first.client_cpus == (0, 1)
+    assert first.wrap(["srv"])[:3] == ["taskset", "--cpu-list", "0"]

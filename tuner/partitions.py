@@ -58,7 +58,9 @@ def _with_cores(partition: Partition, cores: dict[int, tuple[int, ...]] | None) 
     """A GPU partition gets the cores of its GPUs, split between its server and its load client."""
     if partition.kind != "gpu" or not cores:
         return partition
-    server, client = split_server_client(tuple(c for d in partition.devices for c in cores.get(d, ())))
+    # GPUs can share cores (fewer cores than GPUs, or one NUMA node's list for several): each once
+    own = tuple(dict.fromkeys(c for d in partition.devices for c in cores.get(d, ())))
+    server, client = split_server_client(own)
     return replace(partition, cpus=server, client_cpus=client)
 
 
