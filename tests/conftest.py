@@ -16,6 +16,24 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def worker_index() -> int:
+    """Which pytest-xdist worker runs this test (0 without xdist)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+
+
+def worker_core() -> int:
+    """The core a single-core test server pins to: one per worker, so two workers' servers do not
+    share a core (all on core 0, the suite under ``-n 2`` was CPU-bound on it at 0.8 cores)."""
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[worker_index() % len(cores)]
+
+
+def worker_port(base: int) -> int:
+    """``base`` moved into this worker's own range: two workers never probe the same ports."""
+    return base + 5000 * worker_index()
+
+
 def _has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 
@@ -60,7 +78,7 @@ def llama_server_process(
     raw["server"]["memory_cap"] = cap
     space = validate(raw, "t.yaml")
     adapter = engines.get("llamacpp")
-    port = port or free_port("127.0.0.1", 32000, 900)
+    port = port or free_port("127.0.0.1", worker_port(32000), 900)
     cmd = adapter.command(params, space=space, model_path=str(model), port=port)
     return ServerProcess(
         cmd, adapter=adapter, log_path=Path(log_dir) / "server.log", host="127.0.0.1", port=port,
@@ -99,7 +117,7 @@ def tiny_space(**overrides: object) -> dict:  # noqa: D103
         },
         "objectives": "throughput",
         "budget": {"trials": 1},
-        "hardware": {"kind": "cpu", "devices": [0], "per_trial": 1},
+        "hardware": {"kind": "cpu", "devices": [worker_core()], "per_trial": 1},
     }
     for key, value in overrides.items():
         space[key] = value
@@ -162,7 +180,7 @@ def postgres() -> str:
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    data, port = root / "data", free_port("127.0.0.1", 35500, 400)
+    data, port = root / "data", free_port("127.0.0.1", worker_port(35500), 400)
     run = lambda *argv: subprocess.run([*as_user, *argv], check=True, capture_output=True, text=True)  # noqa: E731
     run(str(bin_dir / "initdb"), "-D", str(data), "-U", "tuner", "--auth=trust", "-E", "UTF8")
     run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-o",

@@ -18,7 +18,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import ROOT, tiny_space
+from tests.conftest import ROOT, tiny_space, worker_port
 from tuner import procfs
 from tuner.partitions import free_port
 
@@ -65,7 +65,7 @@ def test_the_readme_cluster_commands_work_with_token_auth(postgres: str, tmp_pat
     assert ray and tune
     home = tmp_path / "home"
     home.mkdir()
-    port = free_port("127.0.0.1", 36379, 400)
+    port = free_port("127.0.0.1", worker_port(36379), 400)
     from tuner.provision.llamacpp import cache_root
 
     # Ray's HOME is the test's; the engine and model stay where this machine keeps them (no rebuild)

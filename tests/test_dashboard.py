@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import optuna
 import pytest
+
+from tests.conftest import worker_port
 from optuna.trial import TrialState
 
 from tuner.driver import Verdict, tell
@@ -45,7 +47,7 @@ def test_our_readers_see_names_and_feasibility(tmp_path: Path) -> None:
 def test_optuna_dashboard_reads_feasibility_and_sortable_metrics(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     _study(db)
-    port = free_port("127.0.0.1", 34500, 400)
+    port = free_port("127.0.0.1", worker_port(34500), 400)
     exe = Path(sys.executable).with_name("optuna-dashboard")
     proc = subprocess.Popen(
         [str(exe), f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(port)],

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import tiny_space
+from tests.conftest import tiny_space, worker_port
 from tuner import objectives
 from tuner.artifacts import RunDir
 from tuner.driver import Driver, state_for
@@ -307,7 +307,7 @@ def test_recovery_keeps_what_an_interrupted_trial_left_on_its_node(tmp_path: Pat
 
     from tuner.partitions import free_port
 
-    port = free_port("127.0.0.1", 34900, 400)
+    port = free_port("127.0.0.1", worker_port(34900), 400)
     proc = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")), f"sqlite:///{db}", "--host", "127.0.0.1",
                              "--port", str(port), "--artifact-dir", str(run_dir.artifacts)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import assert_group_gone, llama_server_process
+from tests.conftest import assert_group_gone, llama_server_process, worker_port
 from tuner import engines
 from tuner.engines import Command
 from tuner.exceptions import StartupFailed, StartupTimeout
@@ -97,7 +97,7 @@ def test_ready_checks_the_model_identity(tmp_path: Path, llama_server: Path, smo
 
 
 def test_hung_server_is_killed_at_its_timeout(tmp_path: Path) -> None:
-    port = free_port("127.0.0.1", 32300, 100)
+    port = free_port("127.0.0.1", worker_port(32300), 100)
     cmd = Command((sys.executable, str(FAULT), "--port", str(port)))
     server = ServerProcess(
         cmd, adapter=adapter, log_path=tmp_path / "hang.log", host="127.0.0.1", port=port, model="x",

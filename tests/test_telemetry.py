@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_space
+from tests.conftest import tiny_space, worker_core
 from tuner import telemetry
 from tuner.partitions import make_partitions
 from tuner.space import validate
@@ -80,7 +80,7 @@ def test_a_real_trial_records_what_this_machine_measures(tmp_path: Path, llama_s
     from tuner.trial import run_trial
 
     space = validate(tiny_space(), "tiny.yaml")
-    [partition] = make_partitions("cpu", [0], 1)
+    [partition] = make_partitions("cpu", [worker_core()], 1)
     outcome = run_trial(space, {"ctx-size": 2048}, tmp_path / "t", partition)
     [sampled] = [r for r in outcome.probes if r.probe == "telemetry"]
     expected = telemetry.for_partition("cpu", [0])

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import tiny_space
+from tests.conftest import tiny_space, worker_core
 from tuner import objectives
 from tuner.artifacts import RunDir
 from tuner.driver import record
@@ -54,7 +54,7 @@ def test_server_killed_mid_probe_is_pruned_with_evidence(tmp_path: Path, llama_s
     ledger = Ledger(tmp_path / "servers")
     trial_dir = tmp_path / "trials" / "0"
     killer = _kill_when_probed(ledger, trial_dir, after_s)
-    [partition] = make_partitions("cpu", [0], 1)
+    [partition] = make_partitions("cpu", [worker_core()], 1)
 
     with pytest.raises(CrashedUnderLoad) as info:
         run_trial(space, {"ctx-size": 2048}, trial_dir, partition, ledger=ledger)
@@ -89,7 +89,7 @@ def test_a_server_that_requires_an_api_key_is_ready_and_measured(
     raw["server"]["api_key_env"] = "TUNER_TEST_KEY"
     raw["server"]["startup_timeout"] = "20s"
     space = validate(raw, "tiny.yaml")
-    [partition] = make_partitions("cpu", [0], 1)
+    [partition] = make_partitions("cpu", [worker_core()], 1)
     began = time.monotonic()
     outcome = run_trial(space, {"ctx-size": 2048}, tmp_path / "trials" / "0", partition)
     assert time.monotonic() - began < 20, "readiness did not send the key (waited for the startup timeout)"
@@ -110,7 +110,7 @@ def test_a_port_taken_between_the_check_and_the_bind_is_started_again_on_another
     from tuner.trial import serve
 
     space = validate(tiny_space(), "tiny.yaml")
-    [partition] = make_partitions("cpu", [0], 1)
+    [partition] = make_partitions("cpu", [worker_core()], 1)
     squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         squatter.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import handle, llama_server_process
+from tests.conftest import handle, llama_server_process, worker_port
 from tests.fault.sse_server import serve
 from tuner.partitions import free_port
 from tuner.probes import LoadProbe, OverloadProbe, ServerHandle
@@ -18,7 +18,7 @@ from tuner.space import LoadProbeSpec, OverloadProbeSpec
 @pytest.fixture()
 def fault_server(request: pytest.FixtureRequest):
     mode, capacity, hold = request.param
-    port = free_port("127.0.0.1", 32700, 100)
+    port = free_port("127.0.0.1", worker_port(32700), 100)
     server = serve(port, mode, capacity, hold)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
