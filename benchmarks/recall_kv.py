@@ -20,7 +20,7 @@ from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner import engines  # noqa: E402
 from tuner.partitions import free_port  # noqa: E402
 from tuner.probes import RecallProbe, ServerHandle  # noqa: E402
-from tuner.provision import llamacpp as provision  # noqa: E402
+from tuner.engines import llamacpp_provision as provision  # noqa: E402
 from tuner.server import ServerProcess  # noqa: E402
 from tuner.space import RecallProbeSpec, validate  # noqa: E402
 

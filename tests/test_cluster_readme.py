@@ -66,7 +66,7 @@ def test_the_readme_cluster_commands_work_with_token_auth(postgres: str, tmp_pat
     home = tmp_path / "home"
     home.mkdir()
     port = free_port("127.0.0.1", worker_port(36379), 400)
-    from tuner.provision.llamacpp import cache_root
+    from tuner.engines.llamacpp_provision import cache_root
 
     # Ray's HOME is the test's; the engine and model stay where this machine keeps them (no rebuild)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"HOME": str(home), "TUNER_CACHE": str(cache_root())}

@@ -142,10 +142,21 @@ def test_a_seeded_study_resumed_continues_the_search_instead_of_replaying_it(tmp
 
 
 def test_grade_of_a_failed_start() -> None:
+    """The engines' own words (read by their adapters) grade how far a start was from feasible."""
+    from tuner import engines
     from tuner.driver import grade
 
-    assert grade({"asked_max_model_len": 2000000, "estimated_max_model_len": 221888}) == pytest.approx(2000000 / 221888 - 1)
-    assert grade({"asked_context_length": 16384, "derived_context_length": 8192}) == pytest.approx(1.0)
+    vllm = engines.get("vllm").classify(
+        "(EngineCore pid=2512) ERROR 12-01 12:16:29 [core.py:1330] ValueError: To serve at least one request with the model's max seq "
+        "len (2000000), (0.35 GiB KV cache is needed, which is larger than the available KV cache memory (0.17 GiB). Based on the "
+        "available memory, the estimated maximum model length is 221888. Try increasing `gpu_memory_utilization`"
+    )
+    assert vllm is not None and grade(vllm.details) == pytest.approx(2000000 / 221888 - 1)
+    sglang = engines.get("sglang").classify(
+        "ValueError: Error: Warning: User-specified context_length (16384) is greater than the derived context_length (8192)."
+    )
+    assert sglang is not None and grade(sglang.details) == pytest.approx(1.0)
+    assert grade({"asked": 10, "viable": 40}) == pytest.approx(3.0)
     assert grade({}) == 1.0
 
 

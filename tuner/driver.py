@@ -22,6 +22,7 @@ from tuner.artifacts import EVIDENCE_FILES, RunDir, write_json
 from tuner.devices import GpuHygiene
 from tuner.evidence import Evidence
 from tuner.exceptions import ConfigInfeasible, InfrastructureError, ScreenedOut, TrialTimeout, TunerError
+from tuner.engines import DISTANCE
 from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.partitions import Partition, PartitionPool, trial_size
@@ -193,20 +194,13 @@ def record(
     return state, summary, None
 
 
-_GRADES = (  # (asked, what would have fitted) pairs that engines report when a config cannot start
-    ("asked_max_model_len", "estimated_max_model_len"),
-    ("asked_context_length", "derived_context_length"),
-    ("kv_needed_gib", "kv_available_gib"),
-)
-
-
 def grade(details: dict[str, Any]) -> float:
     """How far a failed start was from feasible, as a constraint violation (> 0): the ratio of
-    what was asked to what the engine says would fit, minus one; 1.0 when the engine gave no numbers.
-    A raised exception's numbers (``asked``/``viable``, direction unknown) grade by their distance."""
-    for asked, fits in _GRADES:
-        if details.get(asked) and details.get(fits):
-            return max(float(details[asked]) / float(details[fits]) - 1.0, 1e-6)
+    what was asked to what the engine says would fit, minus one (the adapter's signature reads it
+    from the engine's words: ``DISTANCE``); 1.0 when the engine gave no numbers. A raised
+    exception's numbers (``asked``/``viable``, direction unknown) grade by their distance."""
+    if details.get(DISTANCE) is not None:
+        return max(float(details[DISTANCE]), 1e-6)
     if details.get("asked") and details.get("viable"):
         ratio = float(details["asked"]) / float(details["viable"])
         return max(max(ratio, 1.0 / ratio) - 1.0, 1e-6)

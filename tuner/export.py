@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,7 @@ class Launch:
     source: str = "study"
 
 
-def recorded_launch(trial: optuna.trial.FrozenTrial, run_dir: Path | None = None) -> Launch | None:
+def recorded_launch(trial: optuna.trial.FrozenTrial, adapter: engines.EngineAdapter, run_dir: Path | None = None) -> Launch | None:
     """The trial's launch record: its ``launch`` attr, else (older studies) the trial's
     outcome.json and command.txt under ``run_dir``; None where neither exists."""
     data = trial.user_attrs.get("launch")
@@ -68,21 +67,18 @@ def recorded_launch(trial: optuna.trial.FrozenTrial, run_dir: Path | None = None
                 break
             name, value = word.split("=", 1)
             env[name] = value
-    version = data.get("engine_version") or _version_in_log(run_dir / "trials" / str(source))
+    version = data.get("engine_version") or _version_in_log(adapter, run_dir / "trials" / str(source))
     return Launch(tuple(data["argv"]), env, version, data.get("memory_cap"), source=str(outcome))
 
 
-_LOGGED_VERSION = re.compile(r"LLM engine \(v(\d[\w.+-]*)\)|vLLM API server version (\d[\w.+-]*)")
-
-
-def _version_in_log(trial_dir: Path) -> str | None:
-    """The engine version the server printed (vLLM: "Initializing a V1 LLM engine (v0.26.0)")."""
+def _version_in_log(adapter: engines.EngineAdapter, trial_dir: Path) -> str | None:
+    """The engine version the server printed, as its adapter reads it."""
     for name in ("server.log", "server.log.gz"):
         path = trial_dir / name
         if path.is_file():
             text = gzip.decompress(path.read_bytes()).decode(errors="replace") if name.endswith(".gz") else path.read_text(errors="replace")
-            if found := _LOGGED_VERSION.search(text):
-                return found[1] or found[2]
+            if found := adapter.logged_version(text):
+                return found
     return None
 
 
@@ -94,8 +90,9 @@ def _with_port(argv: tuple[str, ...], port: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _flags(argv: tuple[str, ...]) -> list[str]:
-    """The engine flags of an argv (after any taskset pinning and the executable), without host and ports."""
+def _flags(argv: tuple[str, ...], listen: tuple[str, ...]) -> list[str]:
+    """The engine flags of an argv (after any taskset pinning and the executable), without the
+    adapter's ``listen`` flags (host and ports)."""
     if argv[:1] == ("taskset",):
         argv = argv[3:]
     start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
@@ -104,7 +101,7 @@ def _flags(argv: tuple[str, ...]) -> list[str]:
         if skip:
             skip = False
             continue
-        if word in ("--host", "--port", "--nccl-port"):
+        if word in listen:
             skip = True
             continue
         words.append(word)
@@ -172,9 +169,7 @@ class Export:
             "memory_cap": self.memory_cap,
             "from": {"study": self.study, "trial": self.candidate.number},
         }
-        if self.space.engine == "vllm":  # vLLM reads flags from `vllm serve --config FILE`
-            doc = {k.replace("-", "_"): v for k, v in flags.items()}
-        return yaml.safe_dump(doc, sort_keys=False)
+        return yaml.safe_dump(engines.get(self.space.engine).config_file(flags) or doc, sort_keys=False)
 
     def _json(self) -> str:
         return json.dumps(
@@ -250,7 +245,7 @@ def build_export(
     adapter = engines.get(space.engine)
     secret_names = (space.server.api_key_env,) if space.server.api_key_env else ()
     here = adapter.command(candidate.trial.params, space=space, model_path=adapter.resolve_model(space.model.path), port=port)
-    launch = recorded_launch(candidate.trial, run_dir)
+    launch = recorded_launch(candidate.trial, adapter, run_dir)
     local_version = adapter.version()
     notes: list[str] = []
     if launch is None:
@@ -265,7 +260,7 @@ def build_export(
                 f"ran on {space.engine} {launch.engine_version or '(version not recorded)'}; this machine has "
                 f"{local_version or 'no ' + space.engine}: the export keeps the flags that ran"
             )
-        ran, would = _flags(launch.argv), _flags(here.argv)
+        ran, would = _flags(launch.argv, adapter.listen_flags), _flags(here.argv, adapter.listen_flags)
         if ran != would:
             only_ran = [w for w in ran if w.startswith("--") and w not in would]
             only_here = [w for w in would if w.startswith("--") and w not in ran]

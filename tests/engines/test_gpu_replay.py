@@ -57,7 +57,7 @@ def test_sglang_real_failure_capacity_and_starved_config(copy) -> None:
     sglang = engines.get("sglang")
     failure = sglang.classify(_log("sglang", 2))
     assert failure.signature.name == "context_above_derived"
-    assert failure.details == {"asked_context_length": 2000000, "derived_context_length": 8192}
+    assert failure.details == {"asked_context_length": 2000000, "derived_context_length": 8192, engines.DISTANCE: 2000000 / 8192 - 1}
     cap = sglang.capacity(_log("sglang", 0), None, None)
     assert (cap.kv_tokens, cap.max_running_requests, cap.context_per_request) == (855873, 256, 8192)
     study = load(copy("h200-sglang"), "h200-sglang")

@@ -50,6 +50,7 @@ def test_vllm_grade_of_max_len_failure() -> None:
         "estimated_max_model_len": 221776,
         "kv_needed_gib": 244.14,
         "kv_available_gib": 27.07,
+        engines.DISTANCE: pytest.approx(2000000 / 221776 - 1),  # the length's ratio first: what the user changes
     }
 
 
@@ -58,6 +59,7 @@ def test_sglang_grade_of_context_failure() -> None:
     assert engines.get("sglang").classify(line).details == {
         "asked_context_length": 2000000,
         "derived_context_length": 8192,
+        engines.DISTANCE: pytest.approx(2000000 / 8192 - 1),
     }
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from tuner.engines._base import Command, EngineAdapter, render_flag
-from tuner.engines._signatures import Category, Signature, SignatureMatch, classify
+from tuner.engines._signatures import DISTANCE, Category, Signature, SignatureMatch, classify
 from tuner.exceptions import ConfigError
 
 __all__ = [
+    "DISTANCE",
     "Category",
     "Command",
     "EngineAdapter",

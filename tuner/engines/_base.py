@@ -121,6 +121,7 @@ class EngineAdapter(ABC):
     # what the engine spends memory on, for the pre-screen (tuner.screen); None: never predict
     memory: ClassVar[MemoryModel | None] = None
     graphs_off_flags: ClassVar[tuple[str, ...]] = ()  # flags that serve without CUDA graphs (a load-time warning)
+    listen_flags: ClassVar[tuple[str, ...]] = ("--host", "--port")  # where it listens: not a tuned flag (export compares the rest)
     typical_start_s: ClassVar[float] = 60.0  # a start as measured here: the dry run's estimate of a night
 
     @abstractmethod
@@ -143,6 +144,14 @@ class EngineAdapter(ABC):
 
     def model_problem(self, path: str) -> str | None:
         """Why ``model.path`` cannot be used, checked at validation time; ``None`` when fine."""
+        return None
+
+    def logged_version(self, log_text: str) -> str | None:
+        """The engine version a server log states (an older study's launch record lacks it)."""
+        return None
+
+    def config_file(self, flags: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The engine's own config file for ``flags`` (the export's YAML), where it reads one."""
         return None
 
     def render_flags(self, flags: Mapping[str, Any]) -> list[str]:

@@ -24,6 +24,9 @@ class Category:
     STARTUP_TIMEOUT = "startup_timeout"
 
 
+DISTANCE = "distance_to_feasible"  # a grade's detail: what was asked over what the engine says fits, minus one
+
+
 @dataclass(frozen=True)
 class Signature:
     """A named failure: any of ``patterns`` matching a log line identifies it.

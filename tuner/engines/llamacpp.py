@@ -19,7 +19,7 @@ from tuner.engines._base import EngineAdapter
 from tuner.engines._capacity import last_int, reconcile
 from tuner.engines._signatures import Category, Signature
 from tuner.memory import Axis, MemoryModel, number
-from tuner.provision import llamacpp as provision
+from tuner.engines import llamacpp_provision as provision
 from tuner.exceptions import ProvisionError
 from tuner.records import Capacity
 

@@ -12,7 +12,7 @@ import httpx
 
 from tuner.engines._base import EngineAdapter, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
-from tuner.engines._signatures import Category, Signature
+from tuner.engines._signatures import DISTANCE, Category, Signature
 from tuner.memory import MemoryModel, kv_bytes, number
 from tuner.records import Capacity
 
@@ -21,7 +21,10 @@ __all__ = ["SglangAdapter"]
 
 def _grade_context(line: str) -> dict[str, Any]:
     m = re.search(r"context_length \(([\d,]+)\) is greater than the derived context_length \(([\d,]+)\)", line)
-    return {"asked_context_length": to_int(m[1]), "derived_context_length": to_int(m[2])} if m else {}
+    if not m:
+        return {}
+    asked, derived = to_int(m[1]), to_int(m[2])
+    return {"asked_context_length": asked, "derived_context_length": derived, DISTANCE: asked / derived - 1.0}
 
 
 SIGNATURES = (
@@ -84,6 +87,7 @@ class SglangAdapter(EngineAdapter):
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 100.0  # H200, dummy 8B: 103 s (shared/gpu/README.md)
+    listen_flags = ("--host", "--port", "--nccl-port")  # the NCCL port follows the partition's block
     graphs_off_flags = ("disable-cuda-graph",)
     context_slack = 1
     startup_phases = (

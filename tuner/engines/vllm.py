@@ -15,7 +15,7 @@ import httpx
 from tuner.engines._base import EngineAdapter, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._openai import completion_works, metric_labels
-from tuner.engines._signatures import Category, Signature
+from tuner.engines._signatures import DISTANCE, Category, Signature
 from tuner.memory import MemoryModel, kv_bytes, number
 from tuner.records import Capacity
 
@@ -32,6 +32,10 @@ def _grade_max_len(line: str) -> dict[str, Any]:
         details["kv_needed_gib"] = float(m[1])
     if m := re.search(r"available KV cache memory \(([\d.]+) GiB\)", line):
         details["kv_available_gib"] = float(m[1])
+    for asked, fits in (("asked_max_model_len", "estimated_max_model_len"), ("kv_needed_gib", "kv_available_gib")):
+        if details.get(asked) and details.get(fits):
+            details[DISTANCE] = details[asked] / details[fits] - 1.0
+            break
     return details
 
 
@@ -98,6 +102,9 @@ MEMORY = MemoryModel(
 )
 
 
+_LOGGED_VERSION = re.compile(r"LLM engine \(v(\d[\w.+-]*)\)|vLLM API server version (\d[\w.+-]*)")
+
+
 class VllmAdapter(EngineAdapter):
     name = "vllm"
     signatures = SIGNATURES
@@ -126,6 +133,15 @@ class VllmAdapter(EngineAdapter):
 
     def version(self) -> str | None:
         return package_version("vllm", "_version.py", "version.py")
+
+    def logged_version(self, log_text: str) -> str | None:
+        """vLLM: "Initializing a V1 LLM engine (v0.26.0)" or "vLLM API server version 0.26.0"."""
+        found = _LOGGED_VERSION.search(log_text)
+        return (found[1] or found[2]) if found else None
+
+    def config_file(self, flags: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What `vllm serve --config FILE` reads: the flags with underscores."""
+        return {k.replace("-", "_"): v for k, v in flags.items()}
 
     def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
         compilation = flags.get("compilation-config") or {}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tuner.exceptions import ProvisionError
-from tuner.provision import llamacpp as provision
+from tuner.engines import llamacpp_provision as provision
 
 
 @pytest.fixture()
