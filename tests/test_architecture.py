@@ -1,5 +1,6 @@
 """The house rules the code itself can check: engine knowledge lives in tuner/engines/ (no engine is
-named anywhere else in the code: comments and docstrings may cite one as an example)."""
+named anywhere else in the code: comments and docstrings may cite one as an example), and the
+modules import each other without a cycle (function-local imports count: they hid two)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,94 @@ def test_the_check_finds_an_engine_name_in_code_but_not_in_prose(tmp_path: Path)
         "from tuner.engines import llamacpp_provision\n"
     )
     assert sorted(engine_names_outside_engines(package)) == ["tuner/export.py:3: 'vllm'", "tuner/export.py:4: 'llamacpp_provision'"]
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at run time, wherever the import statement is
+    (``if TYPE_CHECKING:`` blocks aside; a module's own parent packages aside: they load first anyway)."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+
+    def visit(module: str, node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node):
+            for child in node.orelse:
+                visit(module, child)
+            return
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            target = resolve(name) if name.split(".")[0] == package.name else None
+            if target and target != module and not module.startswith(target + "."):
+                graph[module].add(target)
+        for child in ast.iter_child_nodes(node):
+            visit(module, child)
+
+    for module, path in modules.items():
+        visit(module, ast.parse(path.read_text()))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return found
+
+
+def test_the_import_graph_is_acyclic() -> None:
+    graph = import_graph(ROOT / "tuner")
+    assert len(graph) > 50 and "tuner.processes" in graph["tuner.ledger"]
+    assert cycles(graph) == []
+
+
+def test_a_cycle_through_a_function_local_import_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "tuner"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "ledger.py").write_text("def stop():\n    from tuner.server import kill\n")
+    (package / "server.py").write_text("from tuner.ledger import stop\nfrom typing import TYPE_CHECKING\n")
+    (package / "space.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tuner.engines import x\n")
+    (package / "engines.py").write_text("from tuner import space\n")
+    assert cycles(import_graph(package)) == [["tuner.ledger", "tuner.server"]]

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tuner import procfs
+from tuner.processes import terminate_group, terminate_pid
 
 __all__ = ["Entry", "Ledger", "descendants", "start_ticks"]
 
@@ -121,8 +122,6 @@ class Ledger:
     def stop_orphans(self, entries: list[Entry] | None = None) -> list[tuple[Entry, list[int]]]:
         """Stop what still lives of the recorded servers (leader and children, see :meth:`Entry.members`);
         forget the entries. Returns each stopped entry with the pids that were alive."""
-        from tuner.server import terminate_group, terminate_pid
-
         stopped = []
         for entry in self.entries() if entries is None else entries:
             if entry.pgid == entry.pid and entry.pgid != os.getpgrp():  # a server: its own session and group

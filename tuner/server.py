@@ -31,8 +31,9 @@ from tuner.engines._signatures import first_fatal, raised_exception
 from tuner.evidence import Evidence, LogLine
 from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
 from tuner.ledger import Ledger
+from tuner.processes import terminate_group
 
-__all__ = ["ServerProcess", "end_servers_on_sigterm", "group_members", "terminate_group", "terminate_pid"]
+__all__ = ["ServerProcess", "end_servers_on_sigterm"]
 
 logger = logging.getLogger(__name__)
 
@@ -277,67 +278,6 @@ def _exit_fields(code: int | None) -> dict[str, Any]:
     if code is not None and code < 0:
         return {"returncode": None, "signal": signal.Signals(-code).name}
     return {"returncode": code, "signal": None}
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) pids whose process group or session is ``pgid``."""
-    return [p.pid for p in procfs.processes() if not p.zombie and pgid in (p.pgrp, p.session)]
-
-
-def terminate_group(pgid: int, *, term_timeout: float, proc: subprocess.Popen[str] | None = None) -> list[int]:
-    """TERM the group, TERM again (llama.cpp exits on the second while a client streams), then
-    KILL. Returns the pids still alive afterwards (empty when the group is gone)."""
-    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
-        if not group_members(pgid):
-            break
-        _signal_group(pgid, sig)
-        _wait_group_gone(pgid, proc, wait)
-    return group_members(pgid)
-
-
-def terminate_pid(pid: int, *, term_timeout: float) -> bool:
-    """TERM one process, then KILL it; True when it is gone."""
-    first = procfs.stat(pid)
-    if first is None:
-        return True
-
-    def gone() -> bool:
-        now = procfs.stat(pid)
-        return now is None or now.start_ticks != first.start_ticks or now.zombie
-
-    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if gone():
-                return True
-            time.sleep(0.05)
-    return gone()
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-    for pid in group_members(pgid):  # members that moved to a new group but stayed in the session
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _wait_group_gone(pgid: int, proc: subprocess.Popen[str] | None, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None:
-            proc.poll()
-        if not group_members(pgid):
-            return
-        time.sleep(0.05)
 
 
 def _reap(proc: subprocess.Popen[str]) -> None:
