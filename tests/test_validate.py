@@ -110,3 +110,13 @@ def test_a_race_spends_its_launches_only_on_the_tied_configs(tmp_path: Path) -> 
     used = race(study, space, objective, RunDir(tmp_path), Draw(), budget=12, how="max-throughput")
     assert 0 < used <= 12 and len(measured) == used
     assert 8192 not in measured, "a config outside the tie was re-measured"
+
+
+def test_a_revalidation_states_the_mean_the_pick_uses() -> None:
+    """The issue-23 case: the trial's own run disturbed (2.5 tok/s), three quiet re-runs: the
+    revalidation's mean leaves it out, as the pick and the noise floor do."""
+    from tuner.validate import Revalidation
+
+    r = Revalidation(trial=0, original=(2.5, 1024.0), runs=((50.7, 1024.0), (47.1, 1024.0), (54.4, 1024.0)), failures=())
+    assert r.mean == pytest.approx(((50.7 + 47.1 + 54.4) / 3, 1024.0))
+    assert len(r.all_runs) == 4 and r.to_dict()["runs"][0] == [2.5, 1024.0]  # every run is kept as evidence

@@ -31,7 +31,7 @@ from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigError, TunerError
 from tuner.executors import Executor
 from tuner.ledger import Ledger
-from tuner.noise import NOISE, differs, is_noisy
+from tuner.noise import NOISE, differs, is_noisy, kept
 from tuner.objectives import ObjectiveSet
 from tuner.partitions import PartitionPool, trial_size
 from tuner.pick import REVALIDATED, Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
@@ -57,7 +57,9 @@ class Revalidation:
 
     @property
     def mean(self) -> tuple[float, ...]:
-        return tuple(statistics.fmean(col) for col in zip(*self.all_runs, strict=True))
+        """Over the runs the pick counts: a disturbed one (:func:`~tuner.noise.set_aside`) left out,
+        so the revalidation and the pick state one number."""
+        return tuple(statistics.fmean(col) for col in zip(*kept(self.all_runs), strict=True))
 
     @property
     def spread(self) -> tuple[float, ...] | None:
@@ -69,7 +71,7 @@ class Revalidation:
 
     @property
     def change(self) -> tuple[float, ...]:
-        """Mean over all runs relative to the first measurement, per objective."""
+        """The mean (a disturbed run left out) relative to the first measurement, per objective."""
         return tuple((m - o) / o if o else 0.0 for m, o in zip(self.mean, self.original, strict=True))
 
     def to_dict(self) -> dict:
