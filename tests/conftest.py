@@ -10,7 +10,7 @@ import pytest
 
 from tuner.engines.llamacpp import BUILTIN_MODEL
 from tuner.engines import llamacpp_provision as provision
-from tuner.server import group_members
+from tuner.processes import group_members
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -39,6 +39,12 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Under xdist: the long integration tests first (the quick ones fill the workers' tails), and
+    # every test of the session's real study on one worker (built once, not once per worker).
+    items.sort(key=lambda item: "integration" not in item.keywords)
+    for item in items:
+        if "real_study" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("real_study"))
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="gpu: needs a real GPU engine; run on the device machine")
