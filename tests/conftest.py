@@ -39,12 +39,10 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under xdist: the long integration tests first (the quick ones fill the workers' tails), and
-    # every test of the session's real study on one worker (built once, not once per worker).
+    # Under xdist: the long integration tests first (the quick ones fill the workers' tails). The
+    # modules that read the session's real study share one worker (xdist_group "real_study" in
+    # each, with --dist loadgroup): it is built once, not once per worker.
     items.sort(key=lambda item: "integration" not in item.keywords)
-    for item in items:
-        if "real_study" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("real_study"))
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="gpu: needs a real GPU engine; run on the device machine")
@@ -132,9 +130,14 @@ def tiny_space(**overrides: object) -> dict:  # noqa: D103
 
 @pytest.fixture(scope="session")
 def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smollm2: Path):
-    """A small real tune of the embedded default's engine, made once per test session: two
+    """A small real tune of the embedded default's engine, made once per test run (the first
+    xdist worker to ask builds it under a lock, every worker gets its own copy to write to): two
     configs that serve (different throughput and recall-verified context) and one whose KV
     cache does not fit under the memory cap. Returns (study, run_dir, space)."""
+    import fcntl
+
+    import optuna
+
     from tuner import objectives
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
@@ -142,8 +145,8 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     from tuner.space import validate
     from tuner.study import open_study
 
-    root = tmp_path_factory.mktemp("real-study")
     raw = tiny_space(name="real")
+    raw["hardware"]["devices"] = [0]  # one build for every worker: the space it stores is the same for all
     raw["parameters"] = {
         "ctx-size": {"type": "categorical", "choices": [2048, 4096, 65536]},
         "parallel": {"type": "int", "low": 1, "high": 2},
@@ -157,11 +160,22 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     ]
     space = validate(raw, "real.yaml")
     objective = objectives.load(space.objectives)
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's folder, all workers
+    built = shared / "real-study-built"
+    with open(shared / "real-study.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "done").is_file():
+            shutil.rmtree(built, ignore_errors=True)
+            golden = RunDir(built / "real")
+            golden.root.mkdir(parents=True)
+            study = open_study(space, objective, name="real", storage=golden.db_url, source="real.yaml")
+            Driver(space, study, objective, golden, InlineExecutor(), trials=3).run()
+            (built / "done").touch()
+    root = tmp_path_factory.mktemp("real-study")
+    shutil.copytree(built / "real", root / "real")
     run_dir = RunDir(root / "real")
-    run_dir.root.mkdir()
-    study = open_study(space, objective, name="real", storage=run_dir.db_url, source="real.yaml")
-    Driver(space, study, objective, run_dir, InlineExecutor(), trials=3).run()
-    return study, run_dir, space
+    return optuna.load_study(study_name="real", storage=run_dir.db_url), run_dir, space
 
 
 @pytest.fixture(scope="session")
