@@ -94,6 +94,7 @@ def test_hypervolume() -> None:
     assert hypervolume_2d([(-1, 5)], (0, 0)) == 0
 
 
+@pytest.mark.slow
 def test_revalidation_is_stored_and_used_by_the_pick(real_study) -> None:
     study, run_dir, space = real_study
     objective = objectives.load(space.objectives)
