@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+from pathlib import Path
 
 import optuna
 import pytest
@@ -12,6 +14,7 @@ from tuner.executors import InlineExecutor
 from optuna.trial import TrialState
 
 from tuner import objectives
+from tuner.artifacts import RunDir
 from tuner.export import build_export
 from tuner.pick import hypervolume_2d, pick
 from tuner.table import trials_frame
@@ -95,8 +98,12 @@ def test_hypervolume() -> None:
 
 
 @pytest.mark.slow
-def test_revalidation_is_stored_and_used_by_the_pick(real_study) -> None:
-    study, run_dir, space = real_study
+def test_revalidation_is_stored_and_used_by_the_pick(real_study, tmp_path: Path) -> None:
+    _, shared, space = real_study
+    # its own copy: the revalidation writes to the study, which the other tests read as never re-validated
+    shutil.copytree(shared.root, tmp_path / "real")
+    run_dir = RunDir(tmp_path / "real")
+    study = optuna.load_study(study_name="real", storage=run_dir.db_url)
     objective = objectives.load(space.objectives)
     results = revalidate(study, space, objective, run_dir, InlineExecutor(), top=1, repeats=2)
     assert len(results) == 1 and len(results[0].runs) == 2 and len(results[0].all_runs) == 3
