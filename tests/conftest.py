@@ -39,9 +39,10 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under xdist: the slowest tests first (marked slow), then the integration tests; the quick
-    # ones fill the workers' tails.
-    items.sort(key=lambda item: ("slow" not in item.keywords, "integration" not in item.keywords))
+    # Under xdist: the long integration tests first (the quick ones fill the workers' tails). The
+    # modules that read the session's real study share one worker (xdist_group "real_study" in
+    # each, with --dist loadgroup): it is built once, not once per worker.
+    items.sort(key=lambda item: "integration" not in item.keywords)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="gpu: needs a real GPU engine; run on the device machine")

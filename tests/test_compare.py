@@ -13,7 +13,6 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.slow
 def test_a_study_compared_with_its_own_copy_ties(real_study, tmp_path: Path) -> None:
     """The same pick twice can only tie; the verdict says so with the numbers, and the studies
     are not written to."""

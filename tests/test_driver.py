@@ -225,7 +225,6 @@ def test_a_partition_whose_gpu_is_held_is_refused_naming_the_holder(tmp_path: Pa
     assert summary.launched == 0 and "pid 4242" in summary.stop_reason
 
 
-@pytest.mark.slow
 @pytest.mark.integration
 def test_a_smaller_trial_uses_the_partition_a_larger_one_waits_beside(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """tp 1 and 2 mixed on two devices, as on the x2 night (here llama-server threads on two

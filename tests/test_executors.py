@@ -176,7 +176,6 @@ def test_tune_run_on_the_cluster_from_the_command_line(cluster, tmp_path: Path, 
     assert set(ran) == {0, 1} and all(nodes[d][:12] in where for d, where in ran.items()), ran
 
 
-@pytest.mark.slow
 def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_interrupted_trials_evidence(
     cluster, tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:

@@ -97,7 +97,6 @@ def test_hypervolume() -> None:
     assert hypervolume_2d([(-1, 5)], (0, 0)) == 0
 
 
-@pytest.mark.slow
 def test_revalidation_is_stored_and_used_by_the_pick(real_study, tmp_path: Path) -> None:
     _, shared, space = real_study
     # its own copy: the revalidation writes to the study, which the other tests read as never re-validated

@@ -132,7 +132,6 @@ class _Neighbour(threading.Thread):
             time.sleep(0.02)
 
 
-@pytest.mark.slow
 @pytest.mark.integration
 def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_stays_quiet(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """Issue 23's fresh clone: the machine busy during the reference's first run (a fifth of the

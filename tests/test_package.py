@@ -30,7 +30,6 @@ def test_the_wheel_carries_every_space_and_objective_set(wheel: Path) -> None:
             assert f"tuner/data/{folder}/{path.name}" in names, f"{path.name} is not in the wheel"
 
 
-@pytest.mark.slow
 @pytest.mark.integration
 def test_an_installed_wheel_runs_the_embedded_default_from_an_empty_directory(wheel: Path, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """A fresh venv with the wheel installed (not editable); its dependencies are this

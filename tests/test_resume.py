@@ -59,7 +59,6 @@ def _alive(entry: dict) -> bool:
     return start_ticks(entry["pid"]) == entry["start_ticks"]
 
 
-@pytest.mark.slow
 def test_sigkill_mid_trial_then_resume(tmp_path: Path, llama_server: Path) -> None:
     space = _space(tmp_path, trials=3)
     ledger = tmp_path / "runs" / "crash" / "servers"

@@ -26,7 +26,6 @@ def test_partitions_benchmark_runs(llama_server: Path, smollm2: Path, capsys: py
     assert "ratio 2 vs 1 partitions" in capsys.readouterr().out
 
 
-@pytest.mark.slow
 @pytest.mark.integration
 def test_noise_benchmark_runs(llama_server: Path, smollm2: Path, tmp_path: Path) -> None:
     out = tmp_path / "noise.json"
