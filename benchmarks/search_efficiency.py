@@ -268,8 +268,7 @@ def _median(values: list[int | None], cap: int) -> str:
     """Median, where a run that never reached the target counts as ``cap`` (shown as '> cap'), with
     its spread over seeds (interquartile range) where there is more than one run."""
     counted = [v if v is not None else cap + 1 for v in values]
-    value = statistics.median(counted)
-    shown = f"> {cap}" if value > cap else f"{value:g}"
+    shown = _capped(statistics.median(counted), cap)
     if len(counted) < 2:
         return shown
     q1, _, q3 = statistics.quantiles(counted, n=4, method="inclusive")
@@ -277,7 +276,7 @@ def _median(values: list[int | None], cap: int) -> str:
 
 
 def _capped(value: float, cap: int) -> str:
-    return f">{cap}" if value > cap else f"{value:g}"
+    return f"> {cap}" if value > cap else f"{value:g}"
 
 
 def run(table: Table, seeds: int) -> list[str]:

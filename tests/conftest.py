@@ -39,9 +39,7 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under xdist: the long integration tests first (the quick ones fill the workers' tails). The
-    # modules that read the session's real study share one worker (xdist_group "real_study" in
-    # each, with --dist loadgroup): it is built once, not once per worker.
+    # Under xdist: the long integration tests first (the quick ones fill the workers' tails).
     items.sort(key=lambda item: "integration" not in item.keywords)
     if _has_gpu():
         return
@@ -136,8 +134,6 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     cache does not fit under the memory cap. Returns (study, run_dir, space)."""
     import fcntl
 
-    import optuna
-
     from tuner import objectives
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
@@ -172,10 +168,19 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
             study = open_study(space, objective, name="real", storage=golden.db_url, source="real.yaml")
             Driver(space, study, objective, golden, InlineExecutor(), trials=3).run()
             (built / "done").touch()
-    root = tmp_path_factory.mktemp("real-study")
-    shutil.copytree(built / "real", root / "real")
-    run_dir = RunDir(root / "real")
-    return optuna.load_study(study_name="real", storage=run_dir.db_url), run_dir, space
+    return (*copy_study(built / "real", tmp_path_factory.mktemp("real-study") / "real"), space)
+
+
+def copy_study(source: Path, dest: Path):  # noqa: ANN201 - (optuna.Study, RunDir)
+    """A run folder copied to ``dest`` (study.db, trials, artifacts) and its study opened there: a
+    copy to write to while others read the original."""
+    import optuna
+
+    from tuner.artifacts import RunDir
+
+    shutil.copytree(source, dest)
+    run_dir = RunDir(dest)
+    return optuna.load_study(study_name=dest.name, storage=run_dir.db_url), run_dir
 
 
 @pytest.fixture(scope="session")

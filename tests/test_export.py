@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 from pathlib import Path
 
 import optuna
@@ -13,8 +12,8 @@ import pytest
 from tuner.executors import InlineExecutor
 from optuna.trial import TrialState
 
+from tests.conftest import copy_study
 from tuner import objectives
-from tuner.artifacts import RunDir
 from tuner.export import build_export
 from tuner.pick import hypervolume_2d, pick
 from tuner.table import trials_frame
@@ -100,9 +99,7 @@ def test_hypervolume() -> None:
 def test_revalidation_is_stored_and_used_by_the_pick(real_study, tmp_path: Path) -> None:
     _, shared, space = real_study
     # its own copy: the revalidation writes to the study, which the other tests read as never re-validated
-    shutil.copytree(shared.root, tmp_path / "real")
-    run_dir = RunDir(tmp_path / "real")
-    study = optuna.load_study(study_name="real", storage=run_dir.db_url)
+    study, run_dir = copy_study(shared.root, tmp_path / "real")
     objective = objectives.load(space.objectives)
     results = revalidate(study, space, objective, run_dir, InlineExecutor(), top=1, repeats=2)
     assert len(results) == 1 and len(results[0].runs) == 2 and len(results[0].all_runs) == 3

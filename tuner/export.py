@@ -169,7 +169,8 @@ class Export:
             "memory_cap": self.memory_cap,
             "from": {"study": self.study, "trial": self.candidate.number},
         }
-        return yaml.safe_dump(engines.get(self.space.engine).config_file(flags) or doc, sort_keys=False)
+        own = engines.get(self.space.engine).config_file(flags)  # the engine's own file, where it reads one
+        return yaml.safe_dump(doc if own is None else own, sort_keys=False)
 
     def _json(self) -> str:
         return json.dumps(

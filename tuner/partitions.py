@@ -41,8 +41,7 @@ class Partition:
 
     def port(self, host: str = "127.0.0.1", *, after: int | None = None) -> int:
         """A free port of this partition's block (above ``after``: one another program took)."""
-        inside = after is not None and self.port_base <= after < self.port_base + PORT_SPAN - 1
-        start = after + 1 if inside and after is not None else self.port_base
+        start = after + 1 if after is not None and self.port_base <= after < self.port_base + PORT_SPAN - 1 else self.port_base
         return free_port(host, start, self.port_base + PORT_SPAN - start)
 
     def describe(self) -> str:
