@@ -30,6 +30,7 @@ from tuner.executors import RayExecutor  # noqa: E402
 from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner.space import validate  # noqa: E402
 from tuner.study import open_study  # noqa: E402
+from tuner.trials import read_trials  # noqa: E402
 
 
 def _space(trials: int):  # noqa: ANN202
@@ -69,9 +70,9 @@ def run(layout: str, trials: int, root: Path) -> dict[str, float]:
             ray.shutdown()
         cluster.shutdown()
     # launched trials only: a repeated config is copied, a screened one never starts
-    done = [t for t in study.get_trials() if "timings" in t.user_attrs and "duplicate_of" not in t.user_attrs]
-    overheads = [t.user_attrs["timings"]["started_at"] - t.datetime_start.timestamp() for t in done]
-    nodes = {t.user_attrs.get("node") for t in done}
+    done = [t for t in read_trials(study) if t.timings and t.duplicate_of is None]
+    overheads = [t.timings["started_at"] - t.datetime_start.timestamp() for t in done]
+    nodes = {t.node for t in done}
     return {"trials": len(done), "wall_s": wall, "per_hour": len(done) / wall * 3600, "nodes": len(nodes),
             "overhead_mean_s": statistics.fmean(overheads) if overheads else float("nan"),
             "overhead_max_s": max(overheads) if overheads else float("nan")}

@@ -38,7 +38,7 @@ def ours(url: str, model: str, duration: float = 30.0) -> float:
         concurrency=[CONCURRENCY], prompt_tokens=PROMPT, output_tokens=OUTPUT, requests=REQUESTS, warmup=1,
         duration=duration, max_duration=max(duration, 2 * duration),
     )
-    return LoadProbe(spec).run(ServerHandle(url, model, None, "llamacpp")).metrics["output_tok_s"]  # type: ignore[arg-type]
+    return LoadProbe(spec).run(ServerHandle(url, model, None)).metrics["output_tok_s"]  # type: ignore[arg-type]
 
 
 def theirs(url: str, guidellm: str, tokenizer: str, tmp: Path) -> float:

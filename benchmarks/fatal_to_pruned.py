@@ -24,6 +24,7 @@ from tuner.driver import Driver, TrialReport
 from tuner.executors import InlineExecutor
 from tuner.space import validate
 from tuner.study import open_study
+from tuner.trials import enqueue, read_trials
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space  # noqa: E402
@@ -44,12 +45,12 @@ def main(n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(space, objective, name="bench", storage=f"sqlite:///{tmp}/db.sqlite", source="bench.yaml")
         for i in range(n):
-            study.enqueue_trial({"ctx-size": 65536, "seed": i})
+            enqueue(study, {"ctx-size": 65536, "seed": i})
         Driver(space, study, objective, RunDir(Path(tmp)), InlineExecutor(), trials=n, on_trial=on_trial).run()
         delays = []
-        for t in study.get_trials():
-            details = t.user_attrs["evidence"]["details"]
-            assert t.state.name == "PRUNED" and t.user_attrs["signature"] == "kv_cache_oom", t.user_attrs
+        for t in read_trials(study):
+            details = t.details
+            assert t.state.name == "PRUNED" and t.signature == "kv_cache_oom", t
             delays.append(told[t.number] - details["fatal_seen_at"])
     print(f"failing starts: {n}; fatal line -> PRUNED: " + ", ".join(f"{d:.3f}s" for d in delays))
     print(f"median {statistics.median(delays):.3f}s, max {max(delays):.3f}s (target <= 2 s): ratio to target {statistics.median(delays) / 2.0:.3f}")

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tuner import space as spaces  # noqa: E402
+from tuner.trials import read_trials  # noqa: E402
 
 SPACE = ROOT / "benchmarks" / "spaces" / "h200-vllm-grid.yaml"
 OUT = ROOT / "docs" / "data" / "search-tables" / "h200-vllm-grid.json"
@@ -41,15 +42,15 @@ def key(grid: dict[str, list], params: dict) -> str:
 def rows_of(db: Path, grid: dict[str, list]) -> dict[str, dict]:
     study = optuna.load_study(study_name="h200-vllm-grid", storage=f"sqlite:///{db}")
     rows = {}
-    for t in study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        m, a = t.user_attrs.get("metrics", {}), t.user_attrs
+    for t in read_trials(study, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        m = t.metrics
         if t.state == TrialState.COMPLETE:
             row = {"ok": True, "tok_s": m["load.output_tok_s"], "tok_s_ci": m.get("load.output_tok_s_ci"),
                    "context": m["capacity.context_per_request"], "kv_tokens": m.get("capacity.kv_tokens"),
-                   "ttft_p99": m.get("load.ttft_p99"), "startup_s": a.get("timings", {}).get("startup_s")}
+                   "ttft_p99": m.get("load.ttft_p99"), "startup_s": t.timings.get("startup_s")}
         else:
-            details = {k: v for k, v in (a.get("evidence") or {}).get("details", {}).items() if k != "fatal_seen_at"}
-            row = {"ok": False, "signature": a.get("signature"), "details": details, "elapsed_s": (a.get("evidence") or {}).get("elapsed_s")}
+            details = {k: v for k, v in t.details.items() if k != "fatal_seen_at"}
+            row = {"ok": False, "signature": t.signature, "details": details, "elapsed_s": (t.evidence or {}).get("elapsed_s")}
         rows[key(grid, t.params)] = {"trial": t.number, **row}
     return rows
 

@@ -24,7 +24,7 @@ from tuner.partitions import make_partitions  # noqa: E402
 from tuner.probes import RecallProbe, ServedContextProbe  # noqa: E402
 from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner.space import RecallProbeSpec, load  # noqa: E402
-from tuner.space._model import ServedContextProbeSpec  # noqa: E402
+from tuner.space.schema import ServedContextProbeSpec  # noqa: E402
 from tuner.trial import serve  # noqa: E402
 
 

@@ -31,6 +31,7 @@ from tuner.server import end_servers_on_sigterm  # noqa: E402
 from tuner.space import validate  # noqa: E402
 from tuner.study import open_study  # noqa: E402
 from tuner.table import launched  # noqa: E402
+from tuner.trials import read_trials  # noqa: E402
 
 SIZES = (1, 2, 1, 2, 1, 1, 2, 1)
 
@@ -60,9 +61,9 @@ def run(policy: str, root: Path) -> dict[str, float]:
             Driver(space, study, objective, run_dir, executor, trials=len(SIZES)).run()
     finally:
         executor.shutdown()
-    ran = [t for t in study.get_trials() if launched(t) is not None and t.datetime_complete]
-    assert len(ran) == len(SIZES), [t.user_attrs.get("error") for t in study.get_trials()]
-    busy = sum((t.datetime_complete - launched(t)).total_seconds() * len(t.user_attrs["partition"]) for t in ran)
+    ran = [t for t in read_trials(study) if launched(t) is not None and t.datetime_complete]
+    assert len(ran) == len(SIZES), [t.error for t in read_trials(study)]
+    busy = sum((t.datetime_complete - launched(t)).total_seconds() * len(t.partition) for t in ran)
     wall = (max(t.datetime_complete for t in ran) - min(launched(t) for t in ran)).total_seconds()
     return {"wall_s": wall, "utilization": busy / (2 * wall)}
 

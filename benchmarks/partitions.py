@@ -30,6 +30,7 @@ from tuner.driver import Driver  # noqa: E402
 from tuner.executors import RayExecutor  # noqa: E402
 from tuner.space import validate  # noqa: E402
 from tuner.study import open_study  # noqa: E402
+from tuner.trials import enqueue  # noqa: E402
 
 
 def run(per_trial: int, n: int, tmp: Path) -> dict[str, float]:
@@ -47,7 +48,7 @@ def run(per_trial: int, n: int, tmp: Path) -> dict[str, float]:
     name = f"p{per_trial}"
     study = open_study(space, objective, name=name, storage=f"sqlite:///{tmp}/{name}.db", source="bench.yaml")
     for i in range(n):
-        study.enqueue_trial({"ctx-size": (2048, 4096)[i % 2], "parallel": 1 + (i // 2) % 2, "batch-size": 256 + 32 * i})
+        enqueue(study, {"ctx-size": (2048, 4096)[i % 2], "parallel": 1 + (i // 2) % 2, "batch-size": 256 + 32 * i})
     run_dir = RunDir(tmp / name)
     executor = RayExecutor([0, 1], "cpu", max_parallel=2 // per_trial)
     try:

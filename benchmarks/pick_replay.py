@@ -35,6 +35,7 @@ from tuner.driver import Driver  # noqa: E402
 from tuner.pick import pick  # noqa: E402
 from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome  # noqa: E402
 from tuner.study import open_study  # noqa: E402
+from tuner.trials import enqueue, read_study  # noqa: E402
 from tuner.validate import measure_reference, race, revalidate  # noqa: E402
 
 WITHIN = 0.02  # success: the chosen config's true value is within 2 % of the true best
@@ -81,7 +82,7 @@ def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = N
     run_dir = RunDir(root / f"s{seed}-{sigma}")
     study = open_study(space, objective, name="replay", storage=optuna.storages.InMemoryStorage(), source="replay")  # type: ignore[arg-type]
     for params in configs[1:]:
-        study.enqueue_trial(params)
+        enqueue(study, params)
     executor = LandscapeExecutor(truth, sigma, rng)
     plan = space.remeasure
     measure_reference(study, space, objective, run_dir, executor, runs=plan.reference_runs)
@@ -103,7 +104,7 @@ def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = N
         "aware_loss": 1 - truth[aware] / best,
         "ties": len(tied),
         "race_launches": extra,
-        "launches": len(study.trials) + sum(len(v.get("runs", [])) - 1 for k, v in study.user_attrs.items() if k.startswith("revalidated.")),
+        "launches": len(study.trials) + sum(len(v.get("runs", [])) - 1 for v in read_study(study, trials=False).revalidated.values()),
     }
 
 

@@ -45,7 +45,7 @@ def main(lengths: list[int], threads: int) -> None:
         ) as server:
             server.wait_ready()
             cap = adapter.capacity(server.log_text(), None, None)
-            result = RecallProbe(spec).run(ServerHandle(server.url, model, cap, "llamacpp"))
+            result = RecallProbe(spec).run(ServerHandle(server.url, model, cap))
         table = result.details["table"]
         cells = "  ".join(
             f"{length}: " + "".join("P" if c["passed"] else "-" for c in row.values()) for length, row in table.items()

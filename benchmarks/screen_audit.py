@@ -39,10 +39,12 @@ def trial_of(grid: dict[str, list], row: dict[str, Any], params: dict[str, Any],
     return t
 
 
-def audit(table: dict[str, Any], screen_for, engine: str, seeds: int) -> dict[str, int]:  # noqa: ANN001
+def audit(table: dict[str, Any], screen_for, engine: str, seeds: int, as_record=lambda t: t) -> dict[str, int]:  # noqa: ANN001
+    """``as_record``: what the screen under audit fits on (today's: tuner.trials.TrialRecord; an
+    older commit's screen.py: Optuna's FrozenTrial)."""
     grid, rows = table["grid"], table["rows"]
     items = [(json.loads(k), r) for k, r in rows.items()]
-    trials = [trial_of(grid, r, p, i) for i, (p, r) in enumerate(items)]
+    trials = [as_record(trial_of(grid, r, p, i)) for i, (p, r) in enumerate(items)]
     counts = {"configs": len(items), "started": sum(r["ok"] for _, r in items), "loo_false_skips": 0, "loo_true_skips": 0,
               "seq_false_skips": 0, "seq_true_skips": 0, "seq_predictions": 0}
     for i, (params, row) in enumerate(items):
@@ -74,11 +76,14 @@ def main(argv: list[str] | None = None) -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses look their module up
         spec.loader.exec_module(module)
-        screen_for = module.screen_for
+        screen_for, as_record = module.screen_for, lambda t: t
     else:
         from tuner.screen import screen_for
+        from tuner.trials import TrialRecord
+
+        as_record = TrialRecord.of
     table = json.loads(args.table.read_text())
-    c = audit(table, screen_for, args.engine, args.seeds)
+    c = audit(table, screen_for, args.engine, args.seeds, as_record)
     print(f"{args.table.name} ({args.screen_file or 'tuner/screen.py'}): {c['configs']} configs, {c['started']} started")
     print(f"  leave-one-out: {c['loo_false_skips']} false skips (configs that started), {c['loo_true_skips']} true skips")
     print(f"  {args.seeds} random orders, {c['seq_predictions']} predictions: {c['seq_false_skips']} false skips, {c['seq_true_skips']} true skips")

@@ -56,6 +56,7 @@ from tuner.engines import vllm  # noqa: E402
 from tuner.memory import MemoryModel  # noqa: E402
 from tuner.screen import Screen, screen_for  # noqa: E402
 from tuner.space import validate  # noqa: E402
+from tuner.trials import read_trials  # noqa: E402
 
 TABLES = ROOT / "docs" / "data" / "search-tables"  # committed: the figures in docs/ replay from a clone
 BUDGET = 120
@@ -218,7 +219,7 @@ def replay_optuna(table: Table, sampler: optuna.samplers.BaseSampler, *, screen:
     with tempfile.TemporaryDirectory() as tmp:
         Driver(space, study, OBJECTIVE, RunDir(Path(tmp)), executor, trials=budget, write_csv=False,
                screen=(Screen(table.memory) if table.memory else screen_for(table.engine)) if screen else None).run()
-    screened = [t for t in study.trials if t.user_attrs.get("screened")]
+    screened = [t for t in read_trials(study) if t.screened]
     false_skips = sum(1 for t in screened if table.rows[table.key(t.params)]["ok"])
     return executor.launches, (false_skips, len(screened))
 

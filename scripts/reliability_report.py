@@ -14,7 +14,7 @@ import optuna
 from tuner import engines
 from tuner.driver import grade
 from tuner.engines import Category
-from tuner.engines._signatures import classify
+from tuner.engines import classify
 
 runs, engine = Path(sys.argv[1]), sys.argv[2]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -12,12 +12,13 @@ import matplotlib.pyplot as plt
 import optuna
 
 from tuner.table import launched
+from tuner.trials import read_trials
 
 
 def main(db: str, name: str, out: str, device: str = "GPU") -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
-    ran = [t for t in study.get_trials(deepcopy=False) if launched(t) is not None and t.datetime_complete]
+    ran = [t for t in read_trials(study) if launched(t) is not None and t.datetime_complete]
     t0 = min(launched(t) for t in ran)
     fig, ax = plt.subplots(figsize=(9, 2.6), dpi=110)
     colors = {1: "#1f77b4", 2: "#d62728", 4: "#2ca02c", 8: "#9467bd"}
@@ -25,11 +26,11 @@ def main(db: str, name: str, out: str, device: str = "GPU") -> None:
         start = (launched(t) - t0).total_seconds()
         width = (t.datetime_complete - launched(t)).total_seconds()
         waited = (launched(t) - t.datetime_start).total_seconds()
-        size = len(t.user_attrs["partition"])
-        for gpu in t.user_attrs["partition"]:
+        size = len(t.partition)
+        for gpu in t.partition:
             ax.barh(gpu, width, left=start, color=colors.get(size, "#7f7f7f"), edgecolor="white")
             ax.text(start + width / 2, gpu, f"#{t.number}: {size} {device}" + ("s" if size > 1 else "") + (f"\n(waited {waited:.0f} s)" if waited > 5 else ""), ha="center", va="center", color="white", fontsize=8)
-    ax.set_yticks(sorted({g for t in ran for g in t.user_attrs["partition"]}), [f"{device} {g}" for g in sorted({g for t in ran for g in t.user_attrs["partition"]})])
+    ax.set_yticks(sorted({g for t in ran for g in t.partition}), [f"{device} {g}" for g in sorted({g for t in ran for g in t.partition})])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first launch")
     ax.set_title(f"{name}: each trial from its launch to its end (white gaps: the {device} was idle)", fontsize=10)

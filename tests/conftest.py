@@ -94,7 +94,8 @@ def handle(server):  # noqa: ANN001, ANN201 - a ServerProcess in, a ServerHandle
     from tuner.probes import ServerHandle
 
     cap = engines.get("llamacpp").capacity(server.log_text(), None, None)
-    return ServerHandle(server.url, server.model, cap, "llamacpp")
+    adapter = engines.get("llamacpp")
+    return ServerHandle(server.url, server.model, cap, cached_tokens_field=adapter.cached_tokens_field)
 
 
 def assert_group_gone(pgid: int) -> None:

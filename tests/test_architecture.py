@@ -1,4 +1,5 @@
-"""The house rules the code itself can check: engine knowledge lives in tuner/engines/ (no engine is
+"""The house rules the code itself can check: what a study stores is read and written in tuner/trials/
+only; engine knowledge lives in tuner/engines/ (no engine is
 named anywhere else in the code: comments and docstrings may cite one as an example), and the
 modules import each other without a cycle (function-local imports count: they hid two)."""
 
@@ -162,3 +163,62 @@ def test_a_cycle_through_a_function_local_import_is_found(tmp_path: Path) -> Non
     (package / "space.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tuner.engines import x\n")
     (package / "engines.py").write_text("from tuner import space\n")
     assert cycles(import_graph(package)) == [["tuner.ledger", "tuner.server"]]
+
+
+# what a study stores is read and written in tuner/trials/ only (its records and its writer)
+STORAGE_NAMES = frozenset({
+    "user_attrs", "system_attrs", "set_user_attr", "set_system_attr", "set_trial_user_attr", "set_trial_system_attr",
+    "enqueue_trial", "set_constraint", "tell", "_storage", "_trial_id",
+})
+
+
+def storage_access_outside_trials(package: Path) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).as_posix()
+        if rel.startswith(f"{package.name}/trials/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+            if isinstance(node, ast.Attribute) and node.attr in STORAGE_NAMES:
+                found.append(f"{rel}:{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_only_tuner_trials_reads_or_writes_what_a_study_stores() -> None:
+    assert storage_access_outside_trials(ROOT / "tuner") == []
+
+
+def test_the_check_finds_a_stored_attr_read_outside_trials(tmp_path: Path) -> None:
+    package = tmp_path / "tuner"
+    (package / "trials").mkdir(parents=True)
+    (package / "trials" / "_write.py").write_text("def tell(study, t):\n    study.tell(t)\n")
+    (package / "pick.py").write_text("def f(t, study):\n    return t.user_attrs.get('metrics'), study._storage\n")
+    assert sorted(storage_access_outside_trials(package)) == ["tuner/pick.py:2: ._storage", "tuner/pick.py:2: .user_attrs"]
+
+
+def private_imports_across_packages(package: Path) -> list[str]:
+    """``from tuner.probes._window import ...`` outside tuner/probes/: a package's private module is its own."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent)
+        here = ".".join(rel.with_suffix("").parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                parts = name.split(".")
+                private = next((i for i, p in enumerate(parts) if p.startswith("_")), None)
+                if parts[0] == package.name and private is not None and not (here + ".").startswith(".".join(parts[:private]) + "."):
+                    found.append(f"{rel.as_posix()}:{node.lineno}: {name}")
+    return found
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    assert private_imports_across_packages(ROOT / "tuner") == []
+
+
+def test_the_check_finds_a_private_import_across_packages(tmp_path: Path) -> None:
+    package = tmp_path / "tuner"
+    (package / "probes").mkdir(parents=True)
+    (package / "probes" / "load.py").write_text("from tuner.probes._window import t975\n")
+    (package / "noise.py").write_text("from tuner.probes._window import t975\nimport tuner.engines._openai\n")
+    assert private_imports_across_packages(package) == ["tuner/noise.py:1: tuner.probes._window", "tuner/noise.py:2: tuner.engines._openai"]

@@ -18,9 +18,8 @@ import pytest
 from tests.conftest import worker_port
 from optuna.trial import TrialState
 
-from tuner.driver import Verdict, tell
+from tuner.trials import Verdict, read_trials, tell
 from tuner.partitions import free_port
-from tuner.pick import feasible, named_constraints
 
 
 def _study(path: Path) -> optuna.Study:
@@ -37,9 +36,10 @@ def _study(path: Path) -> optuna.Study:
 
 def test_our_readers_see_names_and_feasibility(tmp_path: Path) -> None:
     study = _study(tmp_path / "s.db")
-    ok, bad, pruned = study.get_trials()
-    assert named_constraints(ok) == {"load.ttft_p99 <= 5": 0.0, "server starts": 0.0}
-    assert feasible(ok) and not feasible(bad) and not feasible(pruned)
+    ok, bad, pruned = read_trials(study)
+    assert ok.constraints == {"load.ttft_p99 <= 5": 0.0, "server starts": 0.0}
+    assert ok.feasible and not bad.feasible and not pruned.feasible
+    bad = study.get_trials()[1]
     assert bad.user_attrs["load.ttft_p99"] == 7.5 and bad.user_attrs["metrics"]["load.output_tok_s"] == 150.0
 
 

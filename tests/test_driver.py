@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 from tests.conftest import tiny_space, worker_port
 from tuner import objectives
 from tuner.artifacts import RunDir
-from tuner.driver import Driver, state_for
+from tuner.driver import Driver
+from tuner.trials import state_for
 from tuner.evidence import Evidence
 from tuner.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
 from tuner.executors import InlineExecutor
@@ -144,7 +145,7 @@ def test_a_seeded_study_resumed_continues_the_search_instead_of_replaying_it(tmp
 def test_grade_of_a_failed_start() -> None:
     """The engines' own words (read by their adapters) grade how far a start was from feasible."""
     from tuner import engines
-    from tuner.driver import grade
+    from tuner.trials import grade
 
     vllm = engines.get("vllm").classify(
         "(EngineCore pid=2512) ERROR 12-01 12:16:29 [core.py:1330] ValueError: To serve at least one request with the model's max seq "
@@ -262,14 +263,13 @@ def test_a_smaller_trial_uses_the_partition_a_larger_one_waits_beside(tmp_path: 
 def test_recovery_tells_a_trial_that_ran_from_one_that_only_waited(tmp_path: Path) -> None:
     """The x2 night's kill -9: trial 1 (tp 2) held both GPUs, trial 2 (tp 2) was asked and
     waited for them; both were RUNNING in the study. Only the first ran; both are re-queued."""
-    from tuner.driver import recover
-    from tuner.ledger import Ledger
+    from tuner.driver import fail_interrupted
 
     study = optuna.create_study()
     ran, waited = study.ask({"tp": optuna.distributions.CategoricalDistribution([1, 2])}), study.ask()
     ran.set_user_attr("partition", [0, 1])
     waited.suggest_categorical("tp", [1, 2])
-    notes = recover(study, Ledger(tmp_path / "servers"))
+    notes = fail_interrupted(study)
     assert notes == [
         "trial 0 was interrupted: recorded as FAIL, params re-queued",
         "trial 1 was asked, never launched: recorded as FAIL, params re-queued",
@@ -395,7 +395,7 @@ def test_on_eight_gpus_a_tp8_trial_is_passed_at_most_once(tmp_path: Path) -> Non
 def test_an_unwritable_artifact_store_costs_no_verdict(tmp_path: Path) -> None:
     """The store on a path that cannot be written (a shared mount gone read-only): the trial is
     still told, its files stay in runs/, and a warning says so."""
-    from tuner.driver import Verdict, tell
+    from tuner.trials import Verdict, tell
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")

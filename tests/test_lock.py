@@ -14,7 +14,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner.lock import LEASE_ATTR, StudyLock, StudyLocked
+from tuner.lock import StudyLock, StudyLocked
+from tuner.trials import read_lease, write_lease
 
 HOLD = textwrap.dedent(
     """
@@ -51,12 +52,12 @@ def _foreign(**extra: object) -> dict:
 
 def test_a_lease_of_another_machine_refuses_until_it_goes_stale_and_says_when(tmp_path: Path) -> None:
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
-    study.set_user_attr(LEASE_ATTR, _foreign(beat=time.time() - 20))
+    write_lease(study, _foreign(beat=time.time() - 20))
     with StudyLock(tmp_path / "a.lock", "s", settle=0.01) as lock, pytest.raises(StudyLocked) as refused:
         lock.lease(study)
     assert re.fullmatch(r"study 's' is being run by pid 7 on node-b since .* \(heartbeat in the study storage 20s ago; "
                         r"if that run is dead its lease expires in 40s\)", str(refused.value)), refused.value
-    study.set_user_attr(LEASE_ATTR, _foreign(beat=time.time() - 120))
+    write_lease(study, _foreign(beat=time.time() - 120))
     with StudyLock(tmp_path / "b.lock", "s", heartbeat=0.05, settle=0.01) as lock:
         lock.lease(study)
         first = _lease(study)["beat"]
@@ -109,7 +110,7 @@ def test_a_recycled_pid_is_no_holder(tmp_path: Path) -> None:
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     with StudyLock(tmp_path / "x.lock", "s", settle=0.01) as mine:
         stale = {**mine.holder, "token": "old", "start_ticks": (mine.holder["start_ticks"] or 0) - 1, "beat": time.time()}
-    study.set_user_attr(LEASE_ATTR, stale)
+    write_lease(study, stale)
     with StudyLock(tmp_path / "y.lock", "s", settle=0.01) as lock:
         lock.lease(study)
 
@@ -119,7 +120,7 @@ def test_a_holder_whose_lease_was_taken_stops(tmp_path: Path) -> None:
     lost: list[str] = []
     with StudyLock(tmp_path / "a.lock", "s", heartbeat=0.05, settle=0.01, on_lost=lost.append) as lock:
         lock.lease(study)
-        study.set_user_attr(LEASE_ATTR, _foreign())  # another host took it over while this one stalled
+        write_lease(study, _foreign())  # another host took it over while this one stalled
         deadline = time.monotonic() + 5
         while not lost and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -128,7 +129,8 @@ def test_a_holder_whose_lease_was_taken_stops(tmp_path: Path) -> None:
 
 
 def _lease(study: optuna.Study) -> dict | None:
-    return study.user_attrs.get(LEASE_ATTR)
+    found = read_lease(study)
+    return dict(found) if found is not None else None
 
 
 @pytest.mark.integration
@@ -248,5 +250,5 @@ def test_running_trials_of_a_gone_driver_are_shown_stale(tmp_path: Path) -> None
     with StudyLock(tmp_path / "a.lock", "s", settle=0.01) as lock:
         lock.lease(study)
         assert stale_running(study) == ""  # a live holder: its trials really run
-    study.set_user_attr(LEASE_ATTR, _foreign(beat=time.time() - 300))
+    write_lease(study, _foreign(beat=time.time() - 300))
     assert "pid 7 on node-b" in stale_running(study) and "last heartbeat 300s ago" in stale_running(study)

@@ -15,8 +15,9 @@ import optuna
 import pytest
 
 from tuner import procfs
-from tuner.engines._openai import counter_total
-from tuner.noise import NOISE, NoiseFloor, differs, half_width, noise_floor, set_aside
+from tuner.engines import counter_total
+from tuner.trials import read_study
+from tuner.noise import NoiseFloor, differs, half_width, noise_floor, set_aside
 from tuner.pick import candidates, pareto_front, pick, signs
 from tuner.space import RemeasureSpec
 
@@ -160,7 +161,7 @@ def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_sta
     finally:
         neighbour.stop.set()
         neighbour.join(5)
-    values = [r[0] for r in study.user_attrs[NOISE]["runs"]]
+    values = [r[0] for r in read_study(study, trials=False).noise["runs"]]
     assert neighbour.victim is not None and len(values) == 4
     assert values[0] < 0.5 * statistics.median(values[1:]), f"the neighbour did not disturb the first run: {values}"
     quiet = noise_floor([[[v] for v in values[1:]]], [True])

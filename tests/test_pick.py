@@ -43,11 +43,11 @@ def test_two_objectives_of_one_role_are_refused() -> None:
 def test_max_context_on_a_study_without_a_context_objective_uses_the_configured_context(tmp_path: Path) -> None:
     study = _study("h200-vllm", tmp_path)
     assert role_index(study, "context") is None and context_metric(study) == CONFIGURED_CONTEXT
-    served = {c.number: c.trial.user_attrs["metrics"][CONFIGURED_CONTEXT] for c in candidates(study)}
+    served = {c.number: c.trial.metrics[CONFIGURED_CONTEXT] for c in candidates(study)}
     assert len(set(served.values())) > 1, served
     chosen = pick(study, "max-context")
     assert served[chosen.number] == max(served.values())  # the 32,768 trial, not the largest KV pool
-    assert chosen.trial.user_attrs["metrics"][CONFIGURED_CONTEXT] == 32768
+    assert chosen.trial.metrics[CONFIGURED_CONTEXT] == 32768
     above = pick(study, "knee", min_context=16384)
     assert served[above.number] >= 16384
     with pytest.raises(ConfigError, match=r"capacity.context_per_request >= 1e\+06"):
@@ -123,7 +123,7 @@ def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Pa
     space = space.model_copy(update={"model": space.model.model_copy(update={"path": str(tmp_path)})})
     chosen = pick(study, "knee")
     exported = build_export(study, space, chosen, port=9999, run_dir=FIXTURES / name)
-    source = chosen.trial.user_attrs.get("duplicate_of", chosen.number)
+    source = chosen.trial.source
     recorded = json.loads((FIXTURES / name / "trials" / str(source) / "outcome.json").read_text())
     argv = shlex.split(exported.render("cmd"))
     env = [w for w in argv if "=" in w and not w.startswith("-") and argv.index(w) < argv.index(recorded["argv"][0])]
@@ -155,7 +155,7 @@ def test_the_x2_night_ranks_tp_1_and_2_per_gpu(tmp_path: Path) -> None:
     knee = pick(study, "knee")
     assert knee.trial.params["tp"] == 1 and knee.number not in knee.ties
     best_tp2 = max(t.user_attrs["metrics"]["load.output_tok_s"] for t in complete if t.params["tp"] == 2)
-    assert best_tp2 < knee.trial.user_attrs["metrics"]["load.output_tok_s"]
+    assert best_tp2 < knee.trial.metrics["load.output_tok_s"]
 
 
 def test_the_x2_crash_left_its_trials_recorded_and_requeued(tmp_path: Path) -> None:

@@ -11,14 +11,15 @@ from optuna.trial import TrialState, create_trial
 
 from tests.conftest import FIXTURES
 from tuner.screen import screen_for
+from tuner.trials import TrialRecord, read_trials
 
 D = {"ctx-size": CategoricalDistribution([2048, 8192, 16384, 32768, 65536]), "cache-type-k": CategoricalDistribution(["f16", "q8_0", "q4_0"]), "cache-type-v": CategoricalDistribution(["f16", "q8_0", "q4_0"])}
 
 
-def _trial(params: dict, started: bool) -> optuna.trial.FrozenTrial:
+def _trial(params: dict, started: bool) -> TrialRecord:
     if started:
-        return create_trial(params=params, distributions=D, values=[1.0, 1.0])
-    return create_trial(params=params, distributions=D, state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"})
+        return TrialRecord.of(create_trial(params=params, distributions=D, values=[1.0, 1.0]))
+    return TrialRecord.of(create_trial(params=params, distributions=D, state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"}))
 
 
 def test_llamacpp_needs_at_least_a_failure_fails() -> None:
@@ -48,7 +49,7 @@ def test_llamacpp_tied_v_type_is_seen(tmp_path) -> None:
     screen = screen_for("llamacpp")
     failed = create_trial(params={"ctx-size": 65536, "cache-type-k": "f16"}, distributions={k: D[k] for k in ("ctx-size", "cache-type-k")},
                           state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"})
-    screen.fit([failed], space.values)
+    screen.fit([TrialRecord.of(failed)], space.values)
     assert screen.predict(space.values({"ctx-size": 65536, "cache-type-k": "q4_0"})) is None
     assert screen.predict(space.values({"ctx-size": 65536, "cache-type-k": "f16"})).signature == "kv_cache_oom"
 
@@ -68,12 +69,12 @@ V = {
 
 
 def _vllm(util: float, length: int, seqs: int, dtype: str, *, kv: int | None = None, failed: str | None = None,
-          details: dict | None = None) -> optuna.trial.FrozenTrial:
+          details: dict | None = None) -> TrialRecord:
     params = {"gpu-memory-utilization": util, "max-model-len": length, "max-num-seqs": seqs, "kv-cache-dtype": dtype}
     if failed is None:
-        return create_trial(params=params, distributions=V, values=[1.0, 1.0], user_attrs={"capacity": {"kv_tokens": kv}})
-    return create_trial(params=params, distributions=V, state=TrialState.PRUNED,
-                        user_attrs={"signature": failed, "evidence": {"details": details or {}}})
+        return TrialRecord.of(create_trial(params=params, distributions=V, values=[1.0, 1.0], user_attrs={"capacity": {"kv_tokens": kv}}))
+    return TrialRecord.of(create_trial(params=params, distributions=V, state=TrialState.PRUNED,
+                                       user_attrs={"signature": failed, "evidence": {"details": details or {}}}))
 
 
 def test_the_new_users_vllm_space_skips_none_of_the_five_configs_that_would_have_started() -> None:
@@ -150,7 +151,7 @@ def test_vllm_real_failures_decide_only_one_sided(tmp_path: Path) -> None:
     real 'estimated maximum model length 221,888' at 0.3 decides for longer lengths at <= 0.3;
     the real 221,904-token pool at 0.3 decides for a length above it there."""
     study = _real("h200-vllm", tmp_path)
-    trials = study.get_trials()
+    trials = read_trials(study)
     screen = screen_for("vllm")
     screen.fit([trials[0], trials[1]])
     less = screen.predict({"gpu-memory-utilization": 0.08, "max-model-len": 8192, "max-num-seqs": 128})
@@ -172,7 +173,7 @@ def test_vllm_real_failures_decide_only_one_sided(tmp_path: Path) -> None:
 
 def test_sglang_would_have_skipped_the_second_real_context_failure(tmp_path: Path) -> None:
     study = _real("h200-sglang", tmp_path)
-    trials = study.get_trials()
+    trials = read_trials(study)
     screen = screen_for("sglang")
     screen.fit(trials[:3])  # what the study knew when it launched trial 3
     prediction = screen.predict(trials[3].params)

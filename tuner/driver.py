@@ -1,7 +1,7 @@
 """The study loop. Only this process talks to Optuna (ask/tell); trials run in an executor.
 
-:func:`record` turns a trial's outcome or exception into a :class:`Verdict`; :func:`tell`, the one
-caller of ``study.tell``, records it.
+:func:`record` judges a trial's outcome or exception into a :class:`tuner.trials.Verdict`;
+:func:`tuner.trials.tell`, the one caller of ``study.tell``, records it.
 """
 
 from __future__ import annotations
@@ -18,26 +18,24 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner.artifacts import EVIDENCE_FILES, RunDir, write_json
+from tuner.artifacts import RunDir, write_json
 from tuner.devices import GpuHygiene
 from tuner.evidence import Evidence
-from tuner.exceptions import ConfigInfeasible, InfrastructureError, ScreenedOut, TrialTimeout, TunerError
-from tuner.engines import DISTANCE
+from tuner.exceptions import InfrastructureError, ScreenedOut, TrialTimeout, TunerError
 from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.partitions import Partition, PartitionPool, trial_size
 from tuner.objectives import Evaluation, ObjectiveSet
-from tuner.pick import named_constraints
 from tuner.records import TrialOutcome
-from tuner.screen import NOT_LAUNCHED, Screen, skipped_on
+from tuner.screen import Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
+from tuner.trials import TrialRecord, Verdict, enqueue, mark_launched, read_trials, requeue, running_trial, tell
 
-__all__ = ["PAUSED", "Driver", "TrialReport", "Verdict", "fail_interrupted", "grade", "keep_evidence", "record", "recover", "state_for", "stop_orphans", "tell"]
+__all__ = ["PAUSED", "Driver", "TrialReport", "fail_interrupted", "record", "stop_orphans"]
 
 logger = logging.getLogger(__name__)
 
-STARTS = "server starts"
 MAX_INVALID_IN_A_ROW = 200
 MAX_WAITING = 2  # asked trials waiting for a partition: the first in line and one that may pass it
 PAUSED = "paused"
@@ -77,79 +75,6 @@ class RunSummary:
     wall_s: float = 0.0
 
 
-def state_for(error: BaseException | None) -> TrialState:
-    """Outcome -> Optuna state. A config that cannot start is data for the sampler (PRUNED:
-    TPE learns from it); a fault of the machinery or the probes is FAIL (ignored, retried)."""
-    if error is None:
-        return TrialState.COMPLETE
-    if isinstance(error, ConfigInfeasible):
-        return TrialState.PRUNED
-    return TrialState.FAIL
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """How a trial ended, as :func:`tell` records it: its state, its objective values (COMPLETE
-    only), its constraint values (> 0 violated) and what to keep on it (user attrs)."""
-
-    state: TrialState
-    values: tuple[float, ...] | None = None
-    constraints: dict[str, float] = field(default_factory=dict)
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-
-def tell(study: optuna.Study, trial: optuna.Trial, verdict: Verdict, *, run_dir: RunDir | None = None) -> None:
-    """The one place a trial gets its state: attrs and constraints first, then ``study.tell``.
-
-    Constraints are stored twice: by name (Optuna 5's ``constraints:<name>``, what
-    :func:`tuner.pick.named_constraints` reads) and as the plain list under ``constraints``
-    (what Optuna's constrained samplers write and optuna-dashboard reads for feasibility).
-    Headline metrics are also flat scalar attrs, so the dashboard can show and sort them."""
-    for key, value in verdict.attrs.items():
-        trial.set_user_attr(key, value)
-    for name, value in headline_metrics(verdict.attrs.get("metrics", {})).items():
-        trial.set_user_attr(name, value)
-    for name, value in verdict.constraints.items():
-        trial.set_constraint(name, value)
-    if verdict.constraints:
-        study._storage.set_trial_system_attr(trial._trial_id, "constraints", [float(v) for v in verdict.constraints.values()])
-    if run_dir is not None:
-        keep_evidence(trial, run_dir)
-    if verdict.state == TrialState.COMPLETE:
-        study.tell(trial, list(verdict.values or ()))
-    else:
-        study.tell(trial, state=verdict.state)
-
-
-def keep_evidence(trial: optuna.Trial, run_dir: RunDir) -> None:
-    """The trial's files (command, server log, evidence, outcome) into the study's artifact store,
-    attached to the trial while it can still take them (Optuna refuses a finished trial's): every
-    driver and optuna-dashboard read them there, whichever folder or node the trial ran from."""
-    from optuna.artifacts import upload_artifact
-
-    folder = run_dir.trial(trial.number)
-    files = [folder / name for name in EVIDENCE_FILES if (folder / name).is_file()]
-    if not files:
-        return
-    try:
-        store = run_dir.artifact_store()
-        for path in files:
-            upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
-    except Exception as exc:  # noqa: BLE001 - a full or unreachable store must never cost the verdict: the local copy stays
-        logger.warning("trial %d: evidence not copied to the artifact store %s: %s", trial.number, run_dir.artifacts, exc)
-
-
-HEADLINES = (
-    "load.output_tok_s", "load.output_tok_s_ci", "load.ttft_p99", "load.error_rate", "recall.effective_context",
-    "served.context", "capacity.context_per_request", "capacity.kv_tokens", "telemetry.tokens_per_joule",
-)
-
-
-def headline_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """The metrics a trials table sorts by, as flat scalars (optuna-dashboard cannot sort the nested ``metrics``)."""
-    return {name: float(metrics[name]) for name in HEADLINES if name in metrics}
-
-
 def record(
     study: optuna.Study,
     trial: optuna.Trial,
@@ -158,66 +83,28 @@ def record(
     *,
     outcome: TrialOutcome | None = None,
     error: BaseException | None = None,
+    screened: str | None = None,
 ) -> tuple[TrialState, str, Evaluation | None]:
-    """Tell Optuna how ``trial`` ended, keeping the evidence on the trial and on disk."""
+    """Tell Optuna how ``trial`` ended (the objective set judges what it measured), keeping the
+    evidence on the trial and on disk."""
     evaluation = None
     if error is None and outcome is not None:
         try:
             evaluation = objective.evaluate(outcome)
         except KeyError as exc:
             error = exc
-    state = state_for(error)
-    attrs: dict[str, Any] = {}
-    if outcome is not None:
-        attrs["metrics"] = outcome.metrics()
-        if (sampled := next((r for r in outcome.probes if r.probe == "telemetry"), None)) is not None:
-            attrs["telemetry"] = {key: sampled.details.get(key) for key in ("source", "trace", "windows")}
-        attrs["capacity"] = outcome.capacity.to_dict()
-        attrs["timings"] = outcome.timings.__dict__
-        attrs["launch"] = outcome.launch()
-        if outcome.node:
-            attrs["node"] = outcome.node
-    if state == TrialState.COMPLETE and evaluation is not None:
+    if evaluation is not None:
         constraints = {str(c): v for c, v in zip(objective.constraints, evaluation.violations, strict=True)}
-        tell(study, trial, Verdict(state, tuple(evaluation.values), {**constraints, STARTS: 0.0}, attrs), run_dir=run_dir)
-        summary = "ok" if evaluation.feasible else f"violates {', '.join(evaluation.violated)}"
-        return state, summary, evaluation
-    summary = _describe(error)
-    attrs["error"] = summary
-    evidence = getattr(error, "evidence", None)
-    if evidence is not None:
-        attrs["signature"] = evidence.signature
-        attrs["evidence"] = evidence.to_dict()
-        write_json(run_dir.trial(trial.number) / "evidence.json", evidence.to_dict())
-    constraints = {STARTS: grade(evidence.details if evidence is not None else {})} if state == TrialState.PRUNED else {}
-    tell(study, trial, Verdict(state, None, constraints, attrs), run_dir=run_dir)
-    return state, summary, None
-
-
-def grade(details: dict[str, Any]) -> float:
-    """How far a failed start was from feasible, as a constraint violation (> 0): the ratio of
-    what was asked to what the engine says would fit, minus one (the adapter's signature reads it
-    from the engine's words: ``DISTANCE``); 1.0 when the engine gave no numbers. A raised
-    exception's numbers (``asked``/``viable``, direction unknown) grade by their distance."""
-    if details.get(DISTANCE) is not None:
-        return max(float(details[DISTANCE]), 1e-6)
-    if details.get("asked") and details.get("viable"):
-        ratio = float(details["asked"]) / float(details["viable"])
-        return max(max(ratio, 1.0 / ratio) - 1.0, 1e-6)
-    return 1.0
-
-
-def _describe(error: BaseException | None) -> str:
-    evidence = getattr(error, "evidence", None)
-    if evidence is not None:
-        return evidence.describe()
-    return f"{type(error).__name__}: {error}"
-
-
-def recover(study: optuna.Study, ledger: Ledger, run_dir: RunDir | None = None, leftovers: dict[int, dict[str, bytes]] | None = None) -> list[str]:
-    """Clean up after a run that died, before anything new starts; one line per action:
-    :func:`stop_orphans`, then :func:`fail_interrupted`."""
-    return [*stop_orphans(ledger), *fail_interrupted(study, run_dir, leftovers)]
+        verdict = Verdict.of(outcome, values=evaluation.values, constraints=constraints, screened=screened)
+    else:
+        verdict = Verdict.of(outcome, error, screened=screened)
+        evidence = getattr(error, "evidence", None)
+        if evidence is not None:
+            write_json(run_dir.trial(trial.number) / "evidence.json", evidence.to_dict())
+    tell(study, trial, verdict, run_dir=run_dir)
+    if verdict.state == TrialState.COMPLETE and evaluation is not None:
+        return verdict.state, "ok" if evaluation.feasible else f"violates {', '.join(evaluation.violated)}", evaluation
+    return verdict.state, str(verdict.attrs.get("error", "")), None
 
 
 def stop_orphans(ledger: Ledger) -> list[str]:
@@ -237,12 +124,12 @@ def fail_interrupted(study: optuna.Study, run_dir: RunDir | None = None, leftove
 
     notes = []
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        trial = optuna.Trial(study, frozen._trial_id)
+        trial = running_trial(study, frozen)
         if run_dir is not None and (files := (leftovers or {}).get(frozen.number)):
             write_back(run_dir.trial(frozen.number), files)
-        ran = "partition" in frozen.user_attrs  # else it was asked and waited for its partition
+        ran = bool(TrialRecord.of(frozen).partition)  # else it was asked and waited for its partition
         error = "interrupted: the tuner stopped while this trial ran" if ran else "asked but never launched: the tuner stopped"
-        tell(study, trial, Verdict(TrialState.FAIL, attrs={"error": error}), run_dir=run_dir)
+        tell(study, trial, Verdict.stopped(error), run_dir=run_dir)
         note = f"trial {frozen.number} was {'interrupted' if ran else 'asked, never launched'}: recorded as FAIL"
         if requeue(study, frozen):
             note += ", params re-queued"
@@ -250,19 +137,9 @@ def fail_interrupted(study: optuna.Study, run_dir: RunDir | None = None, leftove
     return notes
 
 
-def requeue(study: optuna.Study, trial: optuna.Trial | optuna.trial.FrozenTrial) -> bool:
-    """Queue an interrupted trial's params again (once: a re-queued trial interrupted in turn is
-    not), so the next run measures the config instead of losing it; an enqueued config (a grid
-    point, a baseline) has no other way back. Returns whether it was queued."""
-    if "requeued_from" in trial.user_attrs or not trial.params:
-        return False
-    study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number})
-    return True
-
-
 class Driver:
     """Runs a study: ask, launch on a free partition, tell, until the budget or time is spent.
-    (Recovery from a crashed run, :func:`recover`, is the caller's, once it holds the study.)"""
+    (Recovery from a crashed run, :func:`stop_orphans` then :func:`fail_interrupted`, is the caller's, once it holds the study.)"""
 
     def __init__(
         self,
@@ -318,11 +195,7 @@ class Driver:
     def finished(self) -> int:
         """Trials that count toward the budget: launched and finished (not invalid combinations,
         not configs the pre-screen skipped)."""
-        return sum(
-            1
-            for t in self.study.get_trials(deepcopy=False)
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not NOT_LAUNCHED & t.user_attrs.keys()
-        )
+        return sum(t.finished for t in read_trials(self.study))
 
     def _tick(self) -> None:
         if self.on_tick is None or not self._running or time.monotonic() - self._ticked < TICK_S:
@@ -379,7 +252,7 @@ class Driver:
             raise
         finally:
             for never in waiting:
-                tell(self.study, never.trial, Verdict(TrialState.FAIL, attrs={"error": "asked but never launched: the run stopped"}))
+                tell(self.study, never.trial, Verdict.stopped("asked but never launched: the run stopped"))
             summary.wall_s = time.monotonic() - began
             if self.write_csv:
                 write_trials_csv(self.study, self.run_dir.trials_csv)
@@ -412,8 +285,7 @@ class Driver:
             partition = self.pool.acquire(size)  # the next free one; the refused one is quarantined
         if partition is None:
             return False
-        trial.set_user_attr("partition", list(partition.devices))
-        trial.set_user_attr("launched_at", time.time())  # asked is not launched: a trial may wait for its GPUs (tuner.table.launched)
+        mark_launched(trial, partition.devices)
         entry = _Running(trial, partition, time.monotonic())
         self._launching = entry
         future = self.executor.submit(self.space, params, self.run_dir.trial(trial.number), partition, self.ledger)
@@ -458,23 +330,18 @@ class Driver:
             return trial, params
         reason = "; ".join(c.text for c in broken)
         violations = {c.text: c.violation(self.space.values(params)) or 1.0 for c in broken}
-        tell(self.study, trial, Verdict(TrialState.PRUNED, constraints=violations, attrs={"invalid_combination": reason}))
+        tell(self.study, trial, Verdict.invalid(reason, violations))
         logger.info("trial %d not launched: breaks %s", trial.number, reason)
         return None, params
 
     def _repeat(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
         """A config this study already launched is not launched again: its result is copied."""
-        for done in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            if done.params == trial.params and not NOT_LAUNCHED & done.user_attrs.keys():
+        for done in read_trials(self.study, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if done.params == trial.params and done.launched:
                 break
         else:
             return False
-        copied = {key: done.user_attrs[key] for key in ("metrics", "capacity", "signature", "evidence", "launch") if key in done.user_attrs}
-        complete = done.state == TrialState.COMPLETE
-        tell(self.study, trial, Verdict(
-            TrialState.COMPLETE if complete else TrialState.PRUNED, tuple(done.values) if complete else None,
-            named_constraints(done), {"duplicate_of": done.number, **copied},
-        ))
+        tell(self.study, trial, Verdict.copy_of(done))
         logger.info("trial %d not launched: same config as trial %d", trial.number, done.number)
         return True
 
@@ -489,8 +356,8 @@ class Driver:
             argv=(), elapsed_s=0.0, signature=f"screened:{prediction.signature}", summary=prediction.reason,
             details={"predicted": prediction.signature, **prediction.numbers},
         )
-        trial.set_user_attr("screened", prediction.signature)
-        record(self.study, trial, self.run_dir, self.objective, error=ScreenedOut(prediction.reason, evidence=evidence))
+        record(self.study, trial, self.run_dir, self.objective, error=ScreenedOut(prediction.reason, evidence=evidence),
+               screened=prediction.signature)
         logger.info("trial %d not launched: predicted %s (%s)", trial.number, prediction.signature, prediction.reason)
         return True
 
@@ -500,16 +367,16 @@ class Driver:
         the study once per ask: nothing it reads changes before :meth:`_screened` predicts."""
         if self.screen is None:
             return
-        trials = self.study.get_trials(deepcopy=False)
+        trials = read_trials(self.study)
         self.screen.fit(trials, self.space.values)
         wrong = self.screen.contradicted()
         if not wrong:
             return
-        done = {t.user_attrs.get("rescreen_of") for t in trials}
+        done = {t.rescreen_of for t in trials}
         for t in trials:
-            source = skipped_on(t)
+            source = t.skipped_on
             if source in wrong and t.number not in done:
-                self.study.enqueue_trial(t.params, user_attrs={"rescreen_of": t.number})
+                enqueue(self.study, t.params, rescreen_of=t.number)
                 logger.warning("trial %d's config re-proposed: it was skipped on the word of trial %d, which trial %d contradicts "
                                "(it started with no more memory)", t.number, source, wrong[source])
 

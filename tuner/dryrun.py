@@ -16,6 +16,7 @@ from tuner.objectives import ObjectiveSet
 from tuner.partitions import PartitionPool, make_partitions, trial_size
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.study import make_sampler
+from tuner.trials import enqueue
 from tuner.units import format_duration
 
 __all__ = ["dry_run"]
@@ -41,7 +42,7 @@ def dry_run(space: SearchSpace, path: Path, objective: ObjectiveSet, *, budget: 
         lines.append(f"  trial size from parameter {hw.per_trial!r}: partitions packed first-fit per trial")
     study = optuna.create_study(directions=objective.directions, sampler=make_sampler(space, name=sampler))
     for params in space.enqueue:
-        study.enqueue_trial(params)
+        enqueue(study, params)
     shown = executable or [f"<{space.engine} executable>"]
     for _ in range(configs):
         trial = study.ask()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Evidence", "LogLine"]
+__all__ = ["DISTANCE", "Evidence", "LogLine"]
+
+DISTANCE = "distance_to_feasible"  # a failure's detail: what was asked over what the engine says fits, minus one
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The exception tree of tuner.
 
 Everything below the driver raises; exactly one function
-(:func:`tuner.driver.state_for`) turns these into Optuna trial states.
+(:func:`tuner.trials.state_for`, one table) turns these into Optuna trial states.
 
     TunerError
     ├── ConfigError                 bad input: a space, an objective, a CLI value (exit code 2)
@@ -13,6 +13,7 @@ Everything below the driver raises; exactly one function
     │   ├── TrialTimeout            the whole trial outran its wall-clock limit
     │   ├── CrashedUnderLoad        the server died, or answered only errors, while it was probed
     │   └── ScreenedOut             the pre-screen predicted a failure; nothing was launched
+    ├── InvalidCombination          the params break one of the space's constraints (trial PRUNED, never launched)
     ├── ProbeError                  a probe could not produce a measurement (trial FAIL)
     ├── TeardownError               a process of the server's group outlived the teardown
     └── InfrastructureError         not the config's fault: disk, Ray, lost worker (trial FAIL, retried)
@@ -32,6 +33,7 @@ __all__ = [
     "ConfigInfeasible",
     "CrashedUnderLoad",
     "InfrastructureError",
+    "InvalidCombination",
     "ProbeError",
     "ProvisionError",
     "ScreenedOut",
@@ -109,6 +111,10 @@ class CrashedUnderLoad(ConfigInfeasible):
 
 class ScreenedOut(ConfigInfeasible):
     """The pre-screen predicted that this config cannot start; nothing was launched."""
+
+
+class InvalidCombination(TunerError):
+    """The params break one of the space's constraints: the config is never launched."""
 
 
 class ProbeError(_WithEvidence):

@@ -236,7 +236,7 @@ class RayExecutor:
         resources = ray.cluster_resources()
         self._by_device = self._local or all(f"tuner_device_{d}" in resources for d in devices)
         self.node_key = None if self._local else (node_key or "default")
-        self.leftovers: dict[int, dict[str, bytes]] = {}  # trial number -> files its node kept (see recover)
+        self.leftovers: dict[int, dict[str, bytes]] = {}  # trial number -> files its node kept (see tuner.driver.fail_interrupted)
         self.recovered = self.sweep_nodes() if self.node_key else []
 
     def sweep_nodes(self) -> list[str]:

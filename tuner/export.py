@@ -26,6 +26,7 @@ from tuner.engines import Command
 from tuner.limits import Limits, default_contexts, for_trial
 from tuner.pick import Candidate
 from tuner.space import SearchSpace
+from tuner.trials import TrialRecord
 
 __all__ = ["Export", "FORMATS", "Launch", "build_export", "recorded_launch"]
 
@@ -46,15 +47,15 @@ class Launch:
     source: str = "study"
 
 
-def recorded_launch(trial: optuna.trial.FrozenTrial, adapter: engines.EngineAdapter, run_dir: Path | None = None) -> Launch | None:
-    """The trial's launch record: its ``launch`` attr, else (older studies) the trial's
-    outcome.json and command.txt under ``run_dir``; None where neither exists."""
-    data = trial.user_attrs.get("launch")
+def recorded_launch(trial: TrialRecord, adapter: engines.EngineAdapter, run_dir: Path | None = None) -> Launch | None:
+    """The trial's launch record, else (older studies) the trial's outcome.json and command.txt
+    under ``run_dir``; None where neither exists."""
+    data = trial.launch
     if data:
         return Launch(tuple(data["argv"]), dict(data.get("env") or {}), data.get("engine_version"), data.get("memory_cap"))
     if run_dir is None:
         return None
-    source = trial.user_attrs.get("duplicate_of", trial.number)
+    source = trial.source
     outcome = run_dir / "trials" / str(source) / "outcome.json"
     if not outcome.is_file():
         return None
@@ -135,7 +136,7 @@ class Export:
         return notes
 
     def figures(self) -> list[str]:
-        metrics = self.candidate.trial.user_attrs.get("metrics", {})
+        metrics = self.candidate.trial.metrics
         lines = [f"{name}: {value:,.1f}" for name, value in zip(self.metric_names, self.candidate.values, strict=False)]
         for key in ("load.ttft_p99", "load.error_rate", "capacity.kv_tokens", "capacity.context_per_request"):
             if key in metrics and key not in self.metric_names:
@@ -273,7 +274,7 @@ def build_export(
     secret_env = tuple(sorted({k for k in here.env if k in secret_names or _engine_secret(k)}
                               | {k for k in command.env if _engine_secret(k)}
                               | ({k for k, v in launch.env.items() if "***" in v} if launch else set())))
-    limits = for_trial(adapter.configured_limits(space.values(candidate.trial.params)), candidate.trial.user_attrs)
+    limits = for_trial(adapter.configured_limits(space.values(candidate.trial.params)), candidate.trial)
     return Export(
         study=study.study_name,
         candidate=candidate,

@@ -4,7 +4,10 @@ context length allows. Answers "parallel calls, total context, per-call context"
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tuner.trials import TrialRecord
 
 __all__ = ["ContextRow", "Limits", "default_contexts", "for_trial", "from_config"]
 
@@ -113,14 +116,14 @@ def default_contexts(limits: Limits) -> list[int]:
 _MEASURED = (("recall_verified_context", "recall.effective_context"), ("served_context", "served.context"))
 
 
-def for_trial(configured: dict[str, int | None], attrs: dict[str, Any]) -> Limits:
-    """A stored trial's limits: its configured flags, what its engine reported (``capacity``
-    attr) and the contexts its probes verified (recall) and served (side by side)."""
+def for_trial(configured: dict[str, int | None], trial: TrialRecord) -> Limits:
+    """A stored trial's limits: its configured flags, what its engine reported (its capacity)
+    and the contexts its probes verified (recall) and served (side by side)."""
     from tuner.records import Capacity
 
-    metrics = attrs.get("metrics", {})
+    metrics = trial.metrics
     checked = {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}
-    capacity = Capacity.from_dict(attrs["capacity"]) if attrs.get("capacity") else None
+    capacity = Capacity.from_dict(dict(trial.capacity)) if trial.capacity else None
     return from_config({**configured, **checked}, capacity)
 
 

@@ -37,12 +37,12 @@ import optuna
 
 from tuner import procfs
 from tuner.exceptions import TunerError
+from tuner.trials import read_lease, write_lease
 
-__all__ = ["LEASE_ATTR", "Lease", "StudyLock", "StudyLocked", "lease_of", "machine_id", "stale_running"]
+__all__ = ["Lease", "StudyLock", "StudyLocked", "lease_of", "machine_id", "stale_running"]
 
 logger = logging.getLogger(__name__)
 
-LEASE_ATTR = "tuner.run_lease"
 
 
 class StudyLocked(TunerError):
@@ -87,8 +87,8 @@ class Lease:
 
 def lease_of(study: optuna.Study) -> Lease | None:
     """The study's stored lease (None when no run holds it or it was cleared)."""
-    data = study.user_attrs.get(LEASE_ATTR)
-    return Lease(data) if isinstance(data, dict) and data else None
+    data = read_lease(study)
+    return Lease(dict(data)) if data else None
 
 
 class StudyLock:
@@ -190,7 +190,7 @@ class StudyLock:
             try:
                 held = lease_of(self.study)
                 if held is not None and held.token == self.holder["token"]:
-                    self.study.set_user_attr(LEASE_ATTR, {})
+                    write_lease(self.study, {})
             except Exception:  # noqa: BLE001 - the lease expires by itself
                 logger.warning("could not clear the study lease; it expires after %.0fs", self.stale_after)
         self.study = None
@@ -201,7 +201,7 @@ class StudyLock:
 
     def _beat(self) -> None:
         assert self.study is not None
-        self.study.set_user_attr(LEASE_ATTR, {**self.holder, "beat": time.time()})
+        write_lease(self.study, {**self.holder, "beat": time.time()})
 
     def _beating(self) -> None:
         while not self._stop.wait(self.heartbeat):

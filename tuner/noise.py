@@ -19,12 +19,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tuner.probes._window import t975
+from tuner.stats import t975
 
 __all__ = ["NoiseFloor", "Outlier", "differs", "half_width", "is_noisy", "kept", "noise_floor", "set_aside"]
 
 Z95 = 1.959964
-NOISE = "noise"  # study user attribute: {"reference": params, "runs": {label: [[values...], ...]}, ...}
 
 
 def is_noisy(metric: str) -> bool:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from tuner.pick import Candidate, candidates, feasible, hypervolume_2d, non_dominated, objective_metrics, pareto_front, signs
+from tuner.pick import Candidate, candidates, hypervolume_2d, non_dominated, objective_metrics, pareto_front, signs
+from tuner.trials import TrialRecord, read_trials
 
 __all__ = ["Point", "StudyFront", "fronts"]
 
@@ -36,10 +37,10 @@ class StudyFront:
         return [p for p in self.points if not p.feasible]
 
 
-def _value(trial: optuna.trial.FrozenTrial, metric: str, means: dict[str, float] | None) -> float | None:
+def _value(trial: TrialRecord, metric: str, means: dict[str, float] | None) -> float | None:
     if means and metric in means:
         return means[metric]  # a re-measured trial's mean over its fresh-server runs
-    return trial.user_attrs.get("metrics", {}).get(metric)
+    return trial.metrics.get(metric)
 
 
 def points(study: optuna.Study, x: str, y: str, items: list[Candidate]) -> list[Point]:
@@ -47,11 +48,11 @@ def points(study: optuna.Study, x: str, y: str, items: list[Candidate]) -> list[
     names = objective_metrics(study)
     means = {c.number: dict(zip(names, c.values, strict=True)) for c in items}
     found = []
-    for t in study.get_trials(deepcopy=False):
-        if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or "invalid_combination" in t.user_attrs:
+    for t in read_trials(study, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        if t.invalid_combination is not None:
             continue
-        ok = t.state == TrialState.COMPLETE and feasible(t)
-        signature = t.user_attrs.get("signature") or ("infeasible" if t.state == TrialState.COMPLETE and not ok else None)
+        ok = t.state == TrialState.COMPLETE and t.feasible
+        signature = t.signature or ("infeasible" if t.state == TrialState.COMPLETE and not ok else None)
         m = means.get(t.number)
         found.append(Point(t.number, _value(t, x, m), _value(t, y, m), t.state.name, ok, signature, dict(t.params)))
     return found

@@ -17,19 +17,18 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from tuner.exceptions import ConfigError
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
-from tuner.noise import NOISE, NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, set_aside
-from tuner.study import OBJECTIVES_ATTR
+from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, set_aside
+from tuner.trials import StudyRecord, TrialRecord, read_study, read_trials
 
 __all__ = [
-    "Candidate", "candidates", "context_metric", "context_of", "feasible", "named_constraints", "role_index", "stored_objectives", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
+    "Candidate", "candidates", "context_metric", "context_of", "role_index", "stored_objectives", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
     "describe_noise", "pick", "signs", "study_floor", "tied_with",
 ]
 
-REVALIDATED = "revalidated"
 T = TypeVar("T")
 
 
@@ -37,7 +36,7 @@ T = TypeVar("T")
 class Candidate:
     """A feasible trial's values (mean over its runs) with their 95 % half-widths."""
 
-    trial: FrozenTrial
+    trial: TrialRecord
     values: tuple[float, ...]
     revalidated: bool
     half_widths: tuple[float, ...] = ()
@@ -59,29 +58,16 @@ class Candidate:
         return text
 
 
-def named_constraints(trial: FrozenTrial) -> dict[str, float]:
-    """The trial's constraint values by name (without the list copy kept for optuna-dashboard,
-    which Optuna reads back as keys "0", "1", ...)."""
-    found = trial.constraints
-    named = {k: v for k, v in found.items() if not k.isdigit()}
-    return named or found
-
-
-def feasible(trial: FrozenTrial) -> bool:
-    """Optuna's convention: every constraint value <= 0."""
-    return all(v <= 0 for v in named_constraints(trial).values())
-
-
 def candidates(study: optuna.Study) -> list[Candidate]:
     names = objective_metrics(study)
     noisy = [is_noisy(m) for m in names]
     floor = study_floor(study, noisy)
     found = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if not feasible(t) or "duplicate_of" in t.user_attrs:  # a repeat proposal carries its original's result: one config, one point
+    for t in read_study(study, states=(TrialState.COMPLETE,)).trials:
+        if not t.feasible or t.duplicate_of is not None:  # a repeat proposal carries its original's result: one config, one point
             continue
-        again = study.user_attrs.get(f"{REVALIDATED}.{t.number}")
-        runs = [list(r) for r in kept(again["runs"])] if again and again.get("runs") else [list(t.values)]
+        again = t.revalidated
+        runs = [list(r) for r in kept(again["runs"])] if again and again.get("runs") else [list(t.values or ())]
         values = tuple(statistics.fmean(col) for col in zip(*runs, strict=True))
         hws = half_width(values, runs, floor, noisy, _within(t, names))
         found.append(Candidate(t, values, again is not None, hws, len(runs)))
@@ -90,7 +76,7 @@ def candidates(study: optuna.Study) -> list[Candidate]:
 
 def stored_objectives(study: optuna.Study) -> ObjectiveSet | None:
     """The objective set the study was run with (roles inferred where it predates them)."""
-    stored = study.user_attrs.get(OBJECTIVES_ATTR)
+    stored = read_study(study, trials=False).objectives
     try:
         return ObjectiveSet.model_validate(stored) if stored else None
     except ValueError:
@@ -118,12 +104,12 @@ def context_of(study: optuna.Study) -> Callable[[Candidate], float | None]:
     j = role_index(study, "context")
     if j is not None:
         return lambda c: c.values[j]
-    return lambda c: c.trial.user_attrs.get("metrics", {}).get(CONFIGURED_CONTEXT)
+    return lambda c: c.trial.metrics.get(CONFIGURED_CONTEXT)
 
 
 def objective_metrics(study: optuna.Study) -> list[str]:
     """The metric behind each objective (e.g. ``load.output_tok_s``)."""
-    stored = study.user_attrs.get(OBJECTIVES_ATTR, {}).get("objectives", [])
+    stored = (read_study(study, trials=False).objectives or {}).get("objectives", [])
     names = [o["metric"] for o in stored] or list(study.metric_names or [])
     return names if len(names) == len(study.directions) else [f"value{i}" for i in range(len(study.directions))]
 
@@ -141,11 +127,12 @@ def study_floor(
 def repeated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:
     """Every config the study measured more than once, as its runs' objective values: the
     re-measured candidates, and the reference grouped by when it ran."""
-    return [*_revalidated_runs(study), *reference_groups(study.user_attrs.get(NOISE, {}))]
+    return [*_revalidated_runs(study), *reference_groups(read_study(study, trials=False).noise)]
 
 
-def _revalidated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:
-    return [kept(v["runs"]) for k, v in study.user_attrs.items() if k.startswith(f"{REVALIDATED}.") and v.get("runs")]
+def _revalidated_runs(study: optuna.Study | StudyRecord) -> list[Sequence[Sequence[float]]]:
+    record = study if isinstance(study, StudyRecord) else read_study(study, trials=False)
+    return [kept(v["runs"]) for v in record.revalidated.values() if v.get("runs")]
 
 
 def reference_groups(noise: dict) -> list[list[Sequence[float]]]:  # type: ignore[type-arg]
@@ -161,9 +148,9 @@ def reference_groups(noise: dict) -> list[list[Sequence[float]]]:  # type: ignor
     return list(groups.values())
 
 
-def _within(trial: FrozenTrial, names: Sequence[str]) -> dict[int, float]:
+def _within(trial: TrialRecord, names: Sequence[str]) -> dict[int, float]:
     """The probe's own CI of the trial's throughput objective, where it reported one."""
-    metrics = trial.user_attrs.get("metrics", {})
+    metrics = trial.metrics
     return {j: metrics[f"{m}_ci"] for j, m in enumerate(names) if f"{m}_ci" in metrics}
 
 
@@ -221,16 +208,17 @@ def describe_noise(study: optuna.Study) -> list[str]:
     if not floor.known:
         return ["noise floor: not measured (no config ran on two fresh servers yet); ties use the probe's own CI"]
     lines = [f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} between fresh servers ({floor.dof} degrees of freedom)"]
-    noise = study.user_attrs.get(NOISE, {})
+    record = read_study(study, trials=False)
+    noise = record.noise
     if noise.get("runs"):
         values = ", ".join(f"{r[0]:,.1f} ({label})" for r, label in zip(noise["runs"], noise["labels"], strict=True))
         lines.append(f"reference config {noise.get('reference')}: {values}")
         if (aside := set_aside(noise["runs"])) is not None:
             lines.append(f"set aside: the reference's run {aside.index + 1} ({noise['labels'][aside.index]}), {aside.describe()}: a disturbed "
                          "measurement (a busy machine?), kept out of the floor")
-    for key, value in sorted(study.user_attrs.items()):
-        if key.startswith(f"{REVALIDATED}.") and (aside := set_aside(value.get("runs") or [])) is not None:
-            lines.append(f"set aside: trial {key.split('.', 1)[1]}'s run {aside.index + 1}, {aside.describe()}: kept out of its mean and the floor")
+    for number, value in sorted(record.revalidated.items()):
+        if (aside := set_aside(value.get("runs") or [])) is not None:
+            lines.append(f"set aside: trial {number}'s run {aside.index + 1}, {aside.describe()}: kept out of its mean and the floor")
     if noise.get("drift") is not None:
         lines.append(f"DRIFT: the reference moved {noise['drift']:+.1%} between the start and the end of the run")
     return lines
@@ -252,9 +240,9 @@ def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = 
     items = candidates(study)
     if match := re.fullmatch(r"trial:(\d+)", how):
         number = int(match[1])
-        asked = study.get_trials(deepcopy=False)
-        if number < len(asked) and "duplicate_of" in asked[number].user_attrs:
-            number = asked[number].user_attrs["duplicate_of"]  # a repeat proposal is its original
+        asked = read_trials(study)
+        if number < len(asked) and asked[number].duplicate_of is not None:
+            number = asked[number].source  # a repeat proposal is its original
         chosen = [c for c in items if c.number == number]
         if not chosen:
             raise ConfigError(f"trial {number} of study {study.study_name!r} is not a complete, feasible trial")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from tuner.pareto import StudyFront
-from tuner.table import launched
+from tuner.trials import TrialRecord
 
 __all__ = ["concurrency_html", "front_html", "front_png", "importance_html", "power_html", "timeline_html"]
 
@@ -68,19 +69,19 @@ def front_html(fronts: list[StudyFront], x: str, y: str, path: Path | None = Non
     return html
 
 
-def power_html(study_trials: list, *, full_html: bool = False) -> str:  # noqa: ANN001 - FrozenTrials
+def power_html(study_trials: Sequence[TrialRecord], *, full_html: bool = False) -> str:
     """Power over time per trial (NVML/RAPL samples), each load level's window marked by its mean power."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for t in study_trials:
-        sampled = t.user_attrs.get("telemetry") or {}
+        sampled = t.telemetry
         trace = sampled.get("trace") or []
         if not trace:
             continue
         t0 = trace[0][0]
         fig.add_trace(go.Scatter(x=[p[0] - t0 for p in trace], y=[p[1] for p in trace], mode="lines", name=f"trial {t.number}"))
-        metrics = t.user_attrs.get("metrics", {})
+        metrics = t.metrics
         for level, window in (sampled.get("windows") or {}).items():
             watts = metrics.get(f"telemetry.power_w@{level}")
             if window and watts is not None:
@@ -93,7 +94,7 @@ def power_html(study_trials: list, *, full_html: bool = False) -> str:  # noqa: 
     return fig.to_html(include_plotlyjs=False, full_html=full_html, div_id="power")
 
 
-def timeline_html(study_trials: list) -> str:  # noqa: ANN001 - FrozenTrials
+def timeline_html(study_trials: Sequence[TrialRecord]) -> str:
     """Each trial as a bar on its partition's row, start to end, colored by state: launches,
     failures and the gaps where a partition sat idle."""
     import plotly.graph_objects as go
@@ -103,9 +104,9 @@ def timeline_html(study_trials: list) -> str:  # noqa: ANN001 - FrozenTrials
     for t in study_trials:
         if t.datetime_start is None:
             continue
-        start = launched(t) or t.datetime_start  # from its launch: waiting for GPUs is not holding them
+        start = t.launched_when or t.datetime_start  # from its launch: waiting for GPUs is not holding them
         end = max(t.datetime_complete or start, start)
-        partition = "devices " + ",".join(map(str, t.user_attrs["partition"])) if t.user_attrs.get("partition") else "not launched"
+        partition = "devices " + ",".join(map(str, t.partition)) if t.partition else "not launched"
         rows.setdefault(t.state.name, []).append((partition, start, end, t))
     fig = go.Figure()
     for state, items in rows.items():
@@ -113,7 +114,7 @@ def timeline_html(study_trials: list) -> str:  # noqa: ANN001 - FrozenTrials
             y=[p for p, *_ in items], base=[s.isoformat() for _, s, _, _ in items],
             x=[max((e - s).total_seconds() * 1000, 500) for _, s, e, _ in items], orientation="h", name=state,
             marker={"color": colors.get(state, "#7f7f7f")}, text=[f"#{t.number}" for *_, t in items], textposition="inside",
-            hovertext=[f"trial {t.number} {state} {(e - s).total_seconds():.0f}s {t.user_attrs.get('signature') or ''}" for _, s, e, t in items],
+            hovertext=[f"trial {t.number} {state} {(e - s).total_seconds():.0f}s {t.signature or ''}" for _, s, e, t in items],
             hoverinfo="text",
         ))
     fig.update_layout(title="trials over time by partition (gaps: the partition was idle)", barmode="overlay",
@@ -121,13 +122,13 @@ def timeline_html(study_trials: list) -> str:  # noqa: ANN001 - FrozenTrials
     return fig.to_html(include_plotlyjs=False, full_html=False, div_id="timeline")
 
 
-def concurrency_html(study_trials: list, metric: str = "load.output_tok_s") -> str:  # noqa: ANN001 - FrozenTrials
+def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = "load.output_tok_s") -> str:
     """Throughput against concurrency, one line per measured trial (``metric@C`` of each level)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for t in study_trials:
-        metrics = t.user_attrs.get("metrics", {})
+        metrics = t.metrics
         levels = sorted(int(k.rsplit("@", 1)[1]) for k in metrics if k.startswith(f"{metric}@") and k.rsplit("@", 1)[1].isdigit())
         if levels:
             fig.add_trace(go.Scatter(x=levels, y=[metrics[f"{metric}@{c}"] for c in levels], mode="lines+markers",

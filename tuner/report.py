@@ -17,9 +17,10 @@ from tuner.limits import default_contexts
 from tuner.pareto import fronts
 from tuner.screen import describe_screen, screen_for
 from tuner.lock import stale_running
-from tuner.pick import candidates, context_metric, describe_noise, feasible, objective_metrics, pick, role_index
+from tuner.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
 from tuner.plots import concurrency_html, front_html, importance_html, power_html, timeline_html
 from tuner.space import SearchSpace
+from tuner.trials import TrialRecord, read_trials
 
 __all__ = ["Report", "build_report"]
 
@@ -30,35 +31,34 @@ class Report:
     markdown: str
 
 
-def _time_split(study: optuna.Study) -> dict[str, float]:
+def _time_split(trials: list[TrialRecord]) -> dict[str, float]:
     split = {"starting (served trials)": 0.0, "probing": 0.0, "failed starts": 0.0}
-    for t in study.get_trials(deepcopy=False):
-        timings = t.user_attrs.get("timings") or {}
-        split["starting (served trials)"] += timings.get("startup_s", 0.0)
-        split["probing"] += timings.get("probe_s", 0.0)
-        if "evidence" in t.user_attrs:
-            split["failed starts"] += t.user_attrs["evidence"].get("elapsed_s", 0.0)
+    for t in trials:
+        split["starting (served trials)"] += t.timings.get("startup_s", 0.0)
+        split["probing"] += t.timings.get("probe_s", 0.0)
+        if t.evidence is not None:
+            split["failed starts"] += t.evidence.get("elapsed_s", 0.0)
     return split
 
 
-def _failures(study: optuna.Study) -> dict[str, list[optuna.trial.FrozenTrial]]:
-    groups: dict[str, list] = defaultdict(list)
-    for t in study.get_trials(deepcopy=False):
-        if "evidence" in t.user_attrs:
-            groups[t.user_attrs.get("signature") or "unclassified"].append(t)
+def _failures(trials: list[TrialRecord]) -> dict[str, list[TrialRecord]]:
+    groups: dict[str, list[TrialRecord]] = defaultdict(list)
+    for t in trials:
+        if t.evidence is not None:
+            groups[t.signature or "unclassified"].append(t)
     return dict(groups)
 
 
-def _telemetry_rows(study: optuna.Study) -> list[str]:
+def _telemetry_rows(everything: list[TrialRecord]) -> list[str]:
     """Power, energy and tokens per joule per measured trial, or what the machine could not measure."""
-    trials = [t for t in study.get_trials(deepcopy=False) if "telemetry" in t.user_attrs]
+    trials = [t for t in everything if t.telemetry]
     if not trials:
         return ["no telemetry recorded"]
     rows = ["| trial | source | W mean | W p99 | tokens/J | W per request | max temp C | min SM MHz | samples |", "|---|---|---|---|---|---|---|---|---|"]
     for t in trials:
-        m = t.user_attrs.get("metrics", {})
+        m = t.metrics
         cell = lambda k, f="{:,.1f}": f.format(m[f"telemetry.{k}"]) if f"telemetry.{k}" in m else "-"  # noqa: E731
-        rows.append(f"| {t.number} | {t.user_attrs['telemetry'].get('source')} | {cell('power_w')} | {cell('power_w_p99')} | "
+        rows.append(f"| {t.number} | {t.telemetry.get('source')} | {cell('power_w')} | {cell('power_w_p99')} | "
                     f"{cell('tokens_per_joule', '{:.3f}')} | {cell('watts_per_request')} | {cell('temp_c_max')} | {cell('sm_clock_mhz_min', '{:,.0f}')} | {cell('samples', '{:.0f}')} |")
     return rows
 
@@ -75,8 +75,9 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
         chosen = build_export(study, space, pick(study, "knee"), run_dir=run_dir)
     except ConfigError:
         chosen = None
-    split = _time_split(study)
-    failures = _failures(study)
+    everything = read_trials(study)
+    split = _time_split(everything)
+    failures = _failures(everything)
 
     md = [f"# tuner report: {name}", "", f"engine **{space.engine}**, model `{space.model.path}`", ""]
     md += ["## Trials by state", "", "| state | trials |", "|---|---|", *[f"| {s} | {n} |" for s, n in sorted(states.items())], ""]
@@ -85,7 +86,7 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     md += ["## Time", "", "| spent on | seconds |", "|---|---|", *[f"| {k} | {v:,.1f} |" for k, v in split.items()], ""]
     md += ["## Failures by signature", ""]
     for sig, trials in failures.items():
-        ev = trials[0].user_attrs["evidence"]
+        ev = trials[0].evidence or {}
         excerpt = "\n".join(f"{line['number']:>6}: {line['text'][:200]}" for line in ev.get("lines", [])[:4])
         md += [f"### {sig}: {len(trials)} trial(s) ({', '.join('#' + str(t.number) for t in trials)})", "", "```", excerpt, "```", ""]
     if not failures:
@@ -94,12 +95,12 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     for f in the_fronts:
         md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | `{p.params}` |" for p in f.front]
         md += ["", f"hypervolume {f.hypervolume:,.1f} (reference 0, 0)", ""]
-    md += ["## Trials", "", *_trials_rows(study, metric_names), ""]
+    md += ["## Trials", "", *_trials_rows(everything, metric_names), ""]
     md += ["## Re-validation on fresh servers (means, 95 % CI)", "", *_revalidation_rows(study), ""]
     md += ["## Noise", "", *describe_noise(study), ""]
-    screened = describe_screen(study.get_trials(deepcopy=False), screen_for(space.engine), space.values)
+    screened = describe_screen(everything, screen_for(space.engine), space.values)
     md += ["## Pre-screen (configs not launched, and the trial each prediction came from)", "", *(f"- {line}" for line in screened or ["none skipped"]), ""]
-    md += ["## Power and energy (at the target concurrency)", "", *_telemetry_rows(study), ""]
+    md += ["## Power and energy (at the target concurrency)", "", *_telemetry_rows(everything), ""]
     md += ["## Chosen config (knee of the front)", ""]
     if chosen is None:
         md += ["no complete, feasible trial yet", ""]
@@ -111,8 +112,7 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     markdown = "\n".join(md) + "\n"
 
     plot = front_html(the_fronts, x, y, full_html=False)  # carries plotly.js once; the other plots reuse it
-    everything = study.get_trials(deepcopy=False)
-    measured = [t for t in everything if (t.user_attrs.get("telemetry") or {}).get("trace")]
+    measured = [t for t in everything if t.telemetry.get("trace")]
     plots = [("Timeline", timeline_html(everything)), ("Throughput vs concurrency", concurrency_html(everything, y.split("@")[0]))]
     importance = importance_html(study, throughput or 0, y) if metric_names else None
     plots.append(("Parameter importance (Optuna)", importance or "<p>not computable yet (needs two or more complete trials that differ)</p>"))
@@ -131,19 +131,19 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     return Report(page, markdown)
 
 
-def _trials_rows(study: optuna.Study, names: list[str]) -> list[str]:
+def _trials_rows(trials: list[TrialRecord], names: list[str]) -> list[str]:
     """Every trial: state, params, headline metrics, feasibility, failure, partition, start and end."""
     shown = [*names, *(m for m in ("load.ttft_p99", "capacity.context_per_request") if m not in names)]
     head = ["trial", "state", "params", *shown, "feasible", "failure", "partition", "start", "end"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for t in study.get_trials(deepcopy=False):
-        m = t.user_attrs.get("metrics", {})
+    for t in trials:
+        m = t.metrics
         cells = [f"{m[k]:,.2f}" if k in m else "-" for k in shown]
         params = ", ".join(f"{k}={v}" for k, v in t.params.items())
         when = [d.strftime("%Y-%m-%d %H:%M:%S") if d else "-" for d in (t.datetime_start, t.datetime_complete)]
-        failure = t.user_attrs.get("signature") or t.user_attrs.get("invalid_combination") or (t.user_attrs.get("error") or "")[:60]
-        ok = "-" if t.state.name != "COMPLETE" else ("yes" if feasible(t) else "no")
-        partition = ",".join(map(str, t.user_attrs.get("partition", []))) or "-"
+        failure = t.signature or t.invalid_combination or (t.error or "")[:60]
+        ok = "-" if t.state.name != "COMPLETE" else ("yes" if t.feasible else "no")
+        partition = ",".join(map(str, t.partition)) or "-"
         rows.append("| " + " | ".join([str(t.number), t.state.name, params.replace("|", "/"), *cells, ok, failure.replace("|", "/") or "-", partition, *when]) + " |")
     return rows
 

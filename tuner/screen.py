@@ -28,13 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from tuner.memory import MemoryModel
+from tuner.trials import TrialRecord
 
-__all__ = ["Prediction", "Screen", "describe_screen", "screen_for", "skipped_on"]
-
-NOT_LAUNCHED = frozenset({"screened", "duplicate_of", "invalid_combination"})
+__all__ = ["Prediction", "Screen", "describe_screen", "screen_for"]
 
 
 @dataclass(frozen=True)
@@ -71,18 +70,16 @@ class Screen:
         self.points: list[_Point] = []
         self._contradicted: dict[int, int] = {}
 
-    def fit(self, trials: Sequence[FrozenTrial], expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> None:
+    def fit(self, trials: Sequence[TrialRecord], expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> None:
         self.points, self._contradicted = [], {}
         if self.model is None:
             return
         for i, t in enumerate(trials):
-            if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or NOT_LAUNCHED & t.user_attrs.keys():
+            if not t.finished:
                 continue
-            evidence = t.user_attrs.get("evidence") or {}
-            kv = (t.user_attrs.get("capacity") or {}).get("kv_tokens") if t.state == TrialState.COMPLETE else None
             number = t.number if t.number >= 0 else i  # a trial made outside a study has no number: its position
             self.points.append(self._point(expand(dict(t.params)), number, t.state == TrialState.COMPLETE,
-                                           t.user_attrs.get("signature"), evidence.get("details") or {}, kv))
+                                           t.signature, t.details, t.kv_tokens))
         started = [p for p in self.points if p.started]
         for f in self._failures():
             if (s := next((s for s in started if _needier(s, f)), None)) is not None:
@@ -181,28 +178,19 @@ def screen_for(engine: str) -> Screen:
     return Screen(engines.get(engine).memory)
 
 
-def skipped_on(trial: FrozenTrial) -> int | None:
-    """The trial whose evidence a screened trial was skipped on (None: not screened, or a rule
-    without one)."""
-    if not trial.user_attrs.get("screened"):
-        return None
-    return ((trial.user_attrs.get("evidence") or {}).get("details") or {}).get("from_trial")
-
-
-def describe_screen(trials: Sequence[FrozenTrial], screen: Screen, expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> list[str]:
+def describe_screen(trials: Sequence[TrialRecord], screen: Screen, expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> list[str]:
     """The screen's decisions, each with the trial it came from, and the failures a later start
     contradicted (with what was re-proposed), as lines to show."""
     lines = []
     for t in trials:
-        if not t.user_attrs.get("screened"):
+        if not t.screened:
             continue
-        source = f" (evidence: trial {n})" if (n := skipped_on(t)) is not None else ""
-        lines.append(f"trial {t.number} not launched, predicted {t.user_attrs['screened']}{source}: "
-                     f"{(t.user_attrs.get('evidence') or {}).get('summary', '')}")
+        source = f" (evidence: trial {n})" if (n := t.skipped_on) is not None else ""
+        lines.append(f"trial {t.number} not launched, predicted {t.screened}{source}: {(t.evidence or {}).get('summary', '')}")
     screen.fit(trials, expand)
-    requeued = {t.user_attrs["rescreen_of"]: t.number for t in trials if "rescreen_of" in t.user_attrs}
+    requeued = {t.rescreen_of: t.number for t in trials if t.rescreen_of is not None}
     for failed, started in sorted(screen.contradicted().items()):
-        skipped = [t.number for t in trials if skipped_on(t) == failed]
+        skipped = [t.number for t in trials if t.skipped_on == failed]
         again = ", ".join(f"{n} as trial {requeued[n]}" for n in skipped if n in requeued)
         lines.append(f"CONTRADICTED: trial {failed}'s failure, by trial {started} (no more memory, started); "
                      f"skipped on its word: {', '.join(map(str, skipped)) or 'none'}" + (f"; re-proposed: {again}" if again else ""))

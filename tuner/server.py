@@ -27,7 +27,7 @@ import httpx
 
 from tuner import procfs
 from tuner.engines import Category, Command, EngineAdapter, Signature
-from tuner.engines._signatures import first_fatal, raised_exception
+from tuner.engines import first_fatal, raised_exception
 from tuner.evidence import Evidence, LogLine
 from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
 from tuner.ledger import Ledger

@@ -12,15 +12,11 @@ import optuna
 from tuner.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
+from tuner.trials import enqueue, read_study, store_setup
 
-__all__ = ["make_sampler", "open_study", "resume_seed", "space_fingerprint", "OBJECTIVES_ATTR", "SPACE_ATTR"]
+__all__ = ["make_sampler", "open_study", "resume_seed", "space_fingerprint"]
 
 logger = logging.getLogger(__name__)
-
-SPACE_ATTR = "tuner.space"
-FINGERPRINT_ATTR = "tuner.space_sha256"
-SOURCE_ATTR = "tuner.space_file"
-OBJECTIVES_ATTR = "tuner.objectives"
 
 
 def space_fingerprint(space: SearchSpace) -> str:
@@ -83,23 +79,22 @@ def open_study(
         # so a resume is still reproducible but continues the search.
         study.sampler = make_sampler(space, name=sampler, seed=resume_seed(space.sampler.seed, done))
     fingerprint = space_fingerprint(space)
-    stored = study.user_attrs.get(FINGERPRINT_ATTR)
+    record = read_study(study, trials=False)
+    stored = record.fingerprint
     if stored is not None and stored != fingerprint and not force:
         raise ConfigError(
             f"study {name!r} was created with a different space "
-            f"({study.user_attrs.get(SOURCE_ATTR)}); rerun with --force to continue it with {source}, "
+            f"({record.space_file}); rerun with --force to continue it with {source}, "
             "or choose another --study"
         )
     if stored is None:
         for params in space.enqueue:  # known configs first (e.g. today's production config)
-            study.enqueue_trial(params, user_attrs={"enqueued": "space"})
+            enqueue(study, params, from_space=True)
     if stored != fingerprint:
         if stored is not None:
             logger.warning("study %s: space changed (forced); continuing with %s", name, source)
-        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
-        study.set_user_attr(SPACE_ATTR, space.model_dump(mode="json"))
-        study.set_user_attr(SOURCE_ATTR, source)
-        study.set_user_attr(OBJECTIVES_ATTR, objective.model_dump(mode="json"))
+        store_setup(study, fingerprint=fingerprint, space=space.model_dump(mode="json"), source=source,
+                    objectives=objective.model_dump(mode="json"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(objective.metric_names)

@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from tuner.pick import feasible
+from tuner.trials import TrialRecord, read_trials
 
 __all__ = ["format_param", "launched", "summary_rows", "trials_frame", "write_trials_csv"]
 
@@ -17,24 +17,23 @@ _METRICS = ("load.output_tok_s", "recall.effective_context", "capacity.context_p
 _WHEN_MEASURED = ("telemetry.power_w", "telemetry.tokens_per_joule")  # columns only where a trial has them
 
 
-def launched(t: optuna.trial.FrozenTrial) -> datetime | None:
+def launched(t: TrialRecord | optuna.trial.FrozenTrial) -> datetime | None:
     """When the trial got its partition and its server was started (Optuna's ``datetime_start``
     is when it was asked: a tp-1 trial asked while a tp-2 trial holds both GPUs waits for them),
     from the launch record, else its timings; None where it was never launched."""
-    stamp = t.user_attrs.get("launched_at") or t.user_attrs.get("timings", {}).get("started_at")
-    return datetime.fromtimestamp(stamp) if stamp else None
+    return (t if isinstance(t, TrialRecord) else TrialRecord.of(t)).launched_when
 
 
 def trials_frame(study: optuna.Study, *, every_metric: bool = False) -> pd.DataFrame:
     """One row per trial; ``every_metric``: also every metric a trial stored (per level, latency
     percentiles, telemetry), its timings and start/end datetimes (``tune trials``)."""
-    rows = [_row(study, t, every_metric) for t in study.get_trials(deepcopy=False)]
+    rows = [_row(study, t, every_metric) for t in read_trials(study)]
     return pd.DataFrame(rows)
 
 
-def _row(study: optuna.Study, t: optuna.trial.FrozenTrial, every_metric: bool = False) -> dict[str, Any]:
-    metrics = t.user_attrs.get("metrics", {})
-    timings = t.user_attrs.get("timings", {})
+def _row(study: optuna.Study, t: TrialRecord, every_metric: bool = False) -> dict[str, Any]:
+    metrics = t.metrics
+    timings = t.timings
     row: dict[str, Any] = {"number": t.number, "state": t.state.name}
     row.update({f"param.{k}": v for k, v in t.params.items()})
     names = study.metric_names or [f"value{i}" for i in range(len(study.directions))]
@@ -42,16 +41,16 @@ def _row(study: optuna.Study, t: optuna.trial.FrozenTrial, every_metric: bool = 
         row[name] = value
     row.update({m: metrics.get(m) for m in _METRICS if m not in row})
     row.update({m: metrics[m] for m in _WHEN_MEASURED if m in metrics and m not in row})
-    row["startup_s"] = timings.get("startup_s") or t.user_attrs.get("evidence", {}).get("elapsed_s")
+    row["startup_s"] = timings.get("startup_s") or (t.evidence or {}).get("elapsed_s")
     row["probe_s"] = timings.get("probe_s")
-    row["feasible"] = feasible(t) if t.constraints else None
-    row["signature"] = t.user_attrs.get("signature")
-    row["note"] = t.user_attrs.get("invalid_combination") or t.user_attrs.get("error")
+    row["feasible"] = t.feasible if t.constraints else None
+    row["signature"] = t.signature
+    row["note"] = t.invalid_combination or t.error
     row["duration_s"] = t.duration.total_seconds() if t.duration else None
     if every_metric:
         row.update({m: v for m, v in sorted(metrics.items()) if m not in row})
         row.update({f"timing.{k}": v for k, v in timings.items()})
-        row["partition"] = ",".join(map(str, t.user_attrs.get("partition", []))) or None
+        row["partition"] = ",".join(map(str, t.partition)) or None
         row["launched_at"] = at.isoformat() if (at := launched(t)) else None
         row["datetime_start"] = t.datetime_start.isoformat() if t.datetime_start else None
         row["datetime_complete"] = t.datetime_complete.isoformat() if t.datetime_complete else None
@@ -83,16 +82,14 @@ def summary_rows(study: optuna.Study, space: Any = None) -> list[dict[str, Any]]
     names = study.metric_names or [f"value{i}" for i in range(len(study.directions))]
     specs = getattr(space, "parameters", {}) or {}
     rows = []
-    for t in study.get_trials(deepcopy=False):
-        metrics = t.user_attrs.get("metrics", {})
+    for t in read_trials(study):
+        metrics = t.metrics
         row: dict[str, Any] = {"#": t.number, "state": t.state.name}
         row.update({k: format_param(v, specs.get(k)) for k, v in t.params.items()})
         for name, value in zip(names, t.values or [None] * len(names), strict=False):
             ci = metrics.get(f"{name}_ci")
             row[name] = "" if value is None else f"{value:,.1f}" + (f" +-{ci:,.1f}" if ci and ci < 10 else f" +-{ci:,.0f}" if ci else "")
-        row["ok"] = ("yes" if feasible(t) else "no") if t.constraints else ""
-        note = t.user_attrs.get("duplicate_of")
-        row["note"] = (f"copy of {note}" if note is not None else t.user_attrs.get("signature") or t.user_attrs.get("invalid_combination")
-                       or t.user_attrs.get("error") or "")
+        row["ok"] = ("yes" if t.feasible else "no") if t.constraints else ""
+        row["note"] = t.note
         rows.append(row)
     return rows

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from tuner.probes._stats import percentiles
+from tuner.stats import percentiles
 
 __all__ = ["LEVEL_METRICS", "Sample", "Telemetry", "for_partition", "level_metrics", "summarize_levels"]
 

@@ -116,8 +116,8 @@ def serve(
         logger.info("ready after %.1fs: %s", startup_s, trial_dir)
         capacity = read_capacity(adapter, server.log_text(), server.url, headers=server.headers)
         handle = ServerHandle(
-            server.url, adapter.served_model_name(model_path), capacity, adapter.name, api_key, adapter.prefix_cache_metrics,
-            adapter.context_slack,
+            server.url, adapter.served_model_name(model_path), capacity, api_key, adapter.prefix_cache_metrics,
+            adapter.context_slack, adapter.cached_tokens_field,
         )
         progress.report(f"ready after {startup_s:.0f}s")
         yield Served(handle, server, command, startup_s, started_at)

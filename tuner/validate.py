@@ -31,12 +31,13 @@ from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigError, TunerError
 from tuner.executors import Executor
 from tuner.ledger import Ledger
-from tuner.noise import NOISE, differs, is_noisy, kept
+from tuner.noise import differs, is_noisy, kept
 from tuner.objectives import ObjectiveSet
 from tuner.partitions import PartitionPool, trial_size
-from tuner.pick import REVALIDATED, Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
+from tuner.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
 from tuner.records import TrialOutcome
 from tuner.space import SearchSpace
+from tuner.trials import read_study, read_trials, save_noise, save_revalidation
 
 __all__ = ["Revalidation", "measure_reference", "reference_params", "remeasure", "revalidate", "top_candidates"]
 
@@ -135,22 +136,22 @@ def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet) 
 
 def reference_params(study: optuna.Study, space: SearchSpace) -> dict[str, Any] | None:
     """The study's reference config: stored with its noise, else the space's first enqueued config."""
-    stored = study.user_attrs.get(NOISE, {}).get(REFERENCE)
+    stored = read_study(study, trials=False).noise.get(REFERENCE)
     if stored is not None:
         return dict(stored)
     return dict(space.enqueue[0]) if space.enqueue else None
 
 
 def _reference_trial_values(study: optuna.Study, params: dict[str, Any]) -> list[list[float]]:
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.params == params and "duplicate_of" not in t.user_attrs:
-            return [list(t.values)]
+    for t in read_trials(study, states=(TrialState.COMPLETE,)):
+        if t.params == params and t.duplicate_of is None:
+            return [list(t.values or ())]
     return []
 
 
 def store_reference(study: optuna.Study, params: dict[str, Any], item: _Item, when: str) -> dict[str, Any]:
     """Append the reference's runs (its own trial's first) and re-check drift: start vs end."""
-    noise = dict(study.user_attrs.get(NOISE, {REFERENCE: params, "runs": [], "labels": []}))
+    noise = dict(read_study(study, trials=False).noise or {REFERENCE: params, "runs": [], "labels": []})
     if "trial" not in noise["labels"]:  # the reference's own trial runs after the start measurement
         own = _reference_trial_values(study, params)
         noise["runs"], noise["labels"] = own + noise["runs"], ["trial"] * len(own) + noise["labels"]
@@ -158,7 +159,7 @@ def store_reference(study: optuna.Study, params: dict[str, Any], item: _Item, wh
     noise["labels"] = noise["labels"] + [when] * len(item.values)
     noise["failures"] = noise.get("failures", []) + item.failures
     noise["drift"] = _drift(study, noise)
-    study.set_user_attr(NOISE, noise)
+    save_noise(study, noise)
     return noise
 
 
@@ -226,10 +227,10 @@ def revalidate(
     results = []
     for cand in chosen:
         item = state[f"trial{cand.number}"]
-        previous = study.user_attrs.get(f"{REVALIDATED}.{cand.number}", {})
+        previous = cand.trial.revalidated or {}
         earlier = [tuple(r) for r in previous.get("runs", [])[1:]]
-        result = Revalidation(cand.number, tuple(cand.trial.values), (*earlier, *item.values), tuple(item.failures))
-        study.set_user_attr(f"{REVALIDATED}.{cand.number}", result.to_dict())
+        result = Revalidation(cand.number, tuple(cand.trial.values or ()), (*earlier, *item.values), tuple(item.failures))
+        save_revalidation(study, cand.number, result.to_dict())
         results.append(result)
     if reference is not None:
         store_reference(study, reference, state[REFERENCE], "end")

@@ -100,7 +100,7 @@ def _generic_only(engine: str) -> list:
 def test_real_sglang_failure_that_no_signature_knows_is_named_by_its_exception() -> None:
     """SGLang 0.5.17 at --mem-fraction-static 0.05 on the H200 (scripts/h200-reliability.sh):
     once 'Scheduler hit an exception' and 'child_failed', now the raised ValueError and its numbers."""
-    from tuner.driver import grade
+    from tuner.trials import grade
 
     match = engines.get("sglang").classify(_rel_log("sglang", 1))
     assert match.signature.name == "raised_kv_cache_does_not_fit"
@@ -112,7 +112,7 @@ def test_real_sglang_failure_that_no_signature_knows_is_named_by_its_exception()
 def test_real_vllm_failure_reworded_is_named_by_its_root_cause() -> None:
     """The real vLLM 0.26 log of a utilization too small, classified as if vLLM had reworded it:
     the engine core's ValueError heads it, not the API server's 'Engine core initialization failed'."""
-    from tuner.engines._signatures import classify
+    from tuner.engines import classify
 
     match = classify(_generic_only("vllm"), _rel_log("vllm", 1))
     assert match.signature.name == "raised_kv_cache_does_not_fit"

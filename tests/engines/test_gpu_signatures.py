@@ -110,7 +110,7 @@ VLLM_LONG_LEN_WARNING = (
 
 
 def test_allowed_long_max_model_len_is_a_warning_not_a_failure() -> None:
-    from tuner.engines._signatures import first_fatal
+    from tuner.engines import first_fatal
 
     adapter = engines.get("vllm")
     assert adapter.classify(VLLM_LONG_LEN_WARNING) is None
@@ -137,7 +137,7 @@ ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-frac
 
 
 def test_unknown_wording_is_headed_by_the_raised_exception_and_graded_by_its_numbers() -> None:
-    from tuner.driver import grade
+    from tuner.trials import grade
 
     match = engines.get("sglang").classify(SGLANG_MEM_FRACTION)
     assert match.signature.name == "raised_kv_cache_does_not_fit"

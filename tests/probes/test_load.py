@@ -8,9 +8,9 @@ import pytest
 
 from tests.conftest import handle, llama_server_process, tiny_space
 from tuner.probes import LoadProbe
-from tuner.probes._stats import percentiles
+from tuner.stats import percentiles
 from tuner.probes._prompts import PromptMaker, Vocabulary
-from tuner.probes._window import batch_means, t975
+from tuner.stats import batch_means, t975
 from tuner.probes.load import RequestRecord, per_gpu, summarize
 from tuner.records import ProbeResult
 from tuner.space import LoadProbeSpec, validate

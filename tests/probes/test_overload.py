@@ -29,7 +29,7 @@ def fault_server(request: pytest.FixtureRequest):
 
 @pytest.mark.parametrize("fault_server", [("reject", 2, 0.5)], indirect=True)
 def test_fast_rejections_are_counted(fault_server: str) -> None:
-    handle = ServerHandle(fault_server, "m", Capacity(max_running_requests=2), "fake")
+    handle = ServerHandle(fault_server, "m", Capacity(max_running_requests=2))
     result = OverloadProbe(OverloadProbeSpec(factor=3.0, prompt_tokens=8, output_tokens=4)).run(handle)
     m = result.metrics
     assert m["burst"] == 6
@@ -40,7 +40,7 @@ def test_fast_rejections_are_counted(fault_server: str) -> None:
 
 @pytest.mark.parametrize("fault_server", [("midstream", 99, 0.0)], indirect=True)
 def test_a_500_mid_stream_is_an_error_not_a_latency(fault_server: str) -> None:
-    handle = ServerHandle(fault_server, "m", Capacity(), "fake")
+    handle = ServerHandle(fault_server, "m", Capacity())
     result = LoadProbe(LoadProbeSpec(concurrency=[2], prompt_tokens=8, output_tokens=10, duration=1, max_duration=2)).run(handle)
     level = result.details["levels"]["2"]
     assert level["errors"] >= 2 and level["error_rate"] == 1.0 and level["window_s"] < 1.5  # stopped at once

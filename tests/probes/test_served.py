@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import handle, llama_server_process
 from tuner.probes import ServedContextProbe
 from tuner.space import validate
-from tuner.space._model import ServedContextProbeSpec
+from tuner.space.schema import ServedContextProbeSpec
 from tuner.probes import from_space
 from tests.conftest import tiny_space
 

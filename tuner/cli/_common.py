@@ -16,7 +16,9 @@ import typer
 from tuner.artifacts import RunDir
 from tuner.credentials import mask
 from tuner.exceptions import ConfigError
+from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
+from tuner.trials import read_study
 
 __all__ = ["echo", "open_existing", "progress_bar", "set_verbosity", "stored_space"]
 
@@ -150,10 +152,18 @@ def run_dir_of(study: str, storage: str | None) -> Path | None:
 
 
 def stored_space(study: optuna.Study) -> SearchSpace:
-    raw = study.user_attrs.get("tuner.space")
+    raw = read_study(study, trials=False).space
     if raw is None:
         raise ConfigError(f"study {study.study_name!r} was not made by tuner (no stored space)")
     return SearchSpace.model_validate(raw)
+
+
+def stored_objective_set(study: optuna.Study) -> ObjectiveSet:
+    """The objective set the study was run with."""
+    raw = read_study(study, trials=False).objectives
+    if raw is None:
+        raise ConfigError(f"study {study.study_name!r} was not made by tuner (no stored objectives)")
+    return ObjectiveSet.model_validate(raw)
 
 
 def storage_error_text(exc: BaseException) -> str:

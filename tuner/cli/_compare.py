@@ -5,12 +5,11 @@ from __future__ import annotations
 import typer
 
 from tuner.artifacts import RunDir
-from tuner.cli._common import echo, open_existing, stored_space
+from tuner.cli._common import echo, open_existing, stored_objective_set, stored_space
 from tuner.compare import compare as compare_picks
 from tuner.exceptions import ConfigError
 from tuner.executors import InlineExecutor
 from tuner.objectives import ObjectiveSet
-from tuner.study import OBJECTIVES_ATTR
 
 
 def compare(
@@ -25,7 +24,7 @@ def compare(
     opened = {spec.split("=", 1)[0]: open_existing(spec.split("=", 1)[0], spec if "=" in spec else storage) for spec in studies}
     first = next(iter(opened.values()))
     space = stored_space(first)
-    objective = ObjectiveSet.model_validate(first.user_attrs[OBJECTIVES_ATTR])
+    objective = stored_objective_set(first)
     run_dir = RunDir.for_study("compare-" + "-".join(opened))
     results, floor, verdicts = compare_picks(
         opened, space, objective, run_dir, InlineExecutor(), repeats=repeats, how=how,

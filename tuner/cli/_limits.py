@@ -12,6 +12,7 @@ from tuner import engines
 from tuner.cli._common import echo, open_existing, stored_space
 from tuner.exceptions import ConfigError
 from tuner.limits import Limits, default_contexts, for_trial, from_config
+from tuner.trials import read_trials
 
 
 def limits(
@@ -90,10 +91,10 @@ def _from_trial(study: str | None, number: int | None, storage: str | None) -> L
     if study is None or number is None:
         raise ConfigError("--study and --trial go together")
     the_study = open_existing(study, storage)
-    trials = {t.number: t for t in the_study.get_trials(deepcopy=False)}
+    trials = {t.number: t for t in read_trials(the_study)}
     if number not in trials:
         raise ConfigError(f"study {study!r} has no trial {number}")
     t = trials[number]
     space = stored_space(the_study)
     configured = engines.get(space.engine).configured_limits(space.values(t.params))
-    return for_trial(configured, t.user_attrs)
+    return for_trial(configured, t)

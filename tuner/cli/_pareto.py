@@ -12,6 +12,7 @@ from tuner.exceptions import ConfigError
 from tuner.pareto import fronts
 from tuner.pick import context_metric, objective_metrics, pick, role_index
 from tuner.plots import front_html, front_png
+from tuner.trials import read_trials
 
 
 def pareto(
@@ -57,8 +58,8 @@ def _check_metric(studies: dict, flag: str, metric: str) -> None:  # noqa: ANN00
     """A metric no measured trial of a study has would draw empty plots: refuse it by name."""
     for name, study in studies.items():
         known = set()
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            known |= set(t.user_attrs.get("metrics", {}))
+        for t in read_trials(study, states=(TrialState.COMPLETE,)):
+            known |= set(t.metrics)
         if known and metric not in known:
             close = sorted(k for k in known if metric.split(".")[-1].split("@")[0] in k)[:6] or sorted(known)[:8]
             raise ConfigError(f"{flag}: no trial of study {name!r} has metric {metric!r} (e.g. {', '.join(close)})")

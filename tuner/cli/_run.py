@@ -19,7 +19,6 @@ from tuner.dryrun import dry_run as plan
 from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
 from tuner.credentials import mask
 from tuner.exceptions import ConfigError
-from tuner.noise import NOISE
 from tuner.pick import candidates, pareto_front, signs
 from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
@@ -29,6 +28,7 @@ from tuner.progress import describe
 from tuner.screen import screen_for
 from tuner.study import open_study
 from tuner.table import format_param
+from tuner.trials import read_study
 from tuner.units import format_duration, parse_duration
 from tuner.validate import measure_reference, race, revalidate
 
@@ -115,7 +115,7 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
 
     previous = {sig: signal.signal(sig, stop) for sig in _SIGNALS} if executor == "ray" else {}
     try:
-        if plan is not None and NOISE not in the_study.user_attrs and plan.reference_runs and the_space.enqueue:
+        if plan is not None and not read_study(the_study, trials=False).noise and plan.reference_runs and the_space.enqueue:
             echo(f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) before the search")
             measure_reference(the_study, the_space, objective, run_dir, runner, runs=plan.reference_runs, ledger=ledger, on_run=_remeasured)
         summary = _search(driver, the_study, the_space, objective, run_dir, runner, ledger, plan, budget)
@@ -140,7 +140,7 @@ def _search(driver, study, space, objective, run_dir, runner, ledger, plan, budg
     """The search; where the space asks (remeasure.every), paused after every K trials to run the
     reference on a fresh server again, so drift during a long night is seen, not guessed."""
     total = RunSummary()
-    pauses = [n for n in (plan.pauses(budget) if plan is not None and NOISE in study.user_attrs else []) if n > driver.finished()]
+    pauses = [n for n in (plan.pauses(budget) if plan is not None and read_study(study, trials=False).noise else []) if n > driver.finished()]
     for pause in [*pauses, None]:
         summary = driver.run(pause_at=pause)
         total.launched += summary.launched

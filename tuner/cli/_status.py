@@ -11,9 +11,9 @@ from tuner.cli._common import echo, echo_table, open_existing, terminal_width
 from tuner.lock import stale_running
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
-from tuner.study import SPACE_ATTR
 from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.table import summary_rows
+from tuner.trials import read_study, read_trials
 
 
 def status(
@@ -26,7 +26,7 @@ def status(
 
 def print_table(study: optuna.Study, width: int | None = None) -> None:
     """The trials, fitted to the terminal (``width``): key columns only; `tune trials` has them all."""
-    raw = study.user_attrs.get(SPACE_ATTR)
+    raw = read_study(study, trials=False).space
     space = SearchSpace.model_validate(raw) if raw else None
     rows = summary_rows(study, space)
     if not rows:
@@ -47,7 +47,7 @@ def screen_lines(study: optuna.Study, space: SearchSpace | None) -> list[str]:
     """The pre-screen's decisions with their evidence (none where the study has no stored space)."""
     if space is None:
         return []
-    lines = describe_screen(study.get_trials(deepcopy=False), screen_for(space.engine), space.values)
+    lines = describe_screen(read_trials(study), screen_for(space.engine), space.values)
     return ["pre-screen:", *(f"  {line}" for line in lines)] if lines else []
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import typer
 
 from tuner.artifacts import RunDir
-from tuner.cli._common import echo, open_existing, stored_space
+from tuner.cli._common import echo, open_existing, stored_objective_set, stored_space
 from tuner.executors import InlineExecutor
 from tuner.lock import StudyLock
 from tuner.objectives import ObjectiveSet
-from tuner.study import OBJECTIVES_ATTR
 from tuner.pick import objective_metrics, pick
 from tuner.validate import revalidate
 
@@ -22,7 +21,7 @@ def validate(
 ) -> None:
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
     the_study = open_existing(study, storage)
-    objective = ObjectiveSet.model_validate(the_study.user_attrs[OBJECTIVES_ATTR])
+    objective = stored_objective_set(the_study)
     with StudyLock(RunDir.for_study(the_study.study_name).root / "run.lock", the_study.study_name) as lock:
         lock.lease(the_study)
         results = _revalidate(the_study, objective, top, repeats)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tuner.engines._base import Command, EngineAdapter, render_flag
-from tuner.engines._signatures import DISTANCE, Category, Signature, SignatureMatch, classify
+from tuner.engines._openai import counter_total
+from tuner.engines._signatures import DISTANCE, Category, Signature, SignatureMatch, classify, first_fatal, raised_exception
 from tuner.exceptions import ConfigError
 
 __all__ = [
@@ -14,8 +15,11 @@ __all__ = [
     "Signature",
     "SignatureMatch",
     "classify",
+    "counter_total",
+    "first_fatal",
     "get",
     "names",
+    "raised_exception",
     "register",
     "render_flag",
 ]

@@ -113,6 +113,9 @@ class EngineAdapter(ABC):
     # (queries, hits) counter names in /metrics that count prompt tokens looked up in / served
     # from the prefix cache, for engines whose usage omits cached tokens; None: not exposed.
     prefix_cache_metrics: ClassVar[tuple[str, str] | None] = None
+    # (event key, field) where a streamed event counts prompt tokens reused from the cache in the
+    # engine's own words, beyond OpenAI's usage.prompt_tokens_details.cached_tokens; None: it does not
+    cached_tokens_field: ClassVar[tuple[str, str] | None] = None
     # tokens of the reported per-request context a request may not use (SGLang refuses a request
     # whose prompt + output *reaches* context_len: tokenizer_manager's ``>=``)
     context_slack: ClassVar[int] = 0

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.evidence import LogLine
+from tuner.evidence import DISTANCE, LogLine  # DISTANCE: a grade's detail, read by tuner.trials (which knows no engine)
 
-__all__ = ["Category", "Signature", "SignatureMatch", "classify", "first_fatal", "raised_exception", "words_category"]
+__all__ = ["DISTANCE", "Category", "Signature", "SignatureMatch", "classify", "first_fatal", "raised_exception", "words_category"]
 
 
 class Category:
@@ -24,7 +24,6 @@ class Category:
     STARTUP_TIMEOUT = "startup_timeout"
 
 
-DISTANCE = "distance_to_feasible"  # a grade's detail: what was asked over what the engine says fits, minus one
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ class ServerHandle:
     url: str
     model: str
     capacity: Capacity
-    engine: str
     api_key: str | None = field(default=None, repr=False)
     prefix_cache_metrics: tuple[str, str] | None = None  # the adapter's /metrics counter names
     context_slack: int = 0  # tokens the engine keeps back from the per-request context (SGLang: 1)
+    cached_tokens_field: tuple[str, str] | None = None  # the adapter's (event key, field) of cached prompt tokens
 
     @property
     def headers(self) -> dict[str, str]:

@@ -49,11 +49,14 @@ class RequestRecord:
 
 
 async def stream_request(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], rec: RequestRecord | None = None
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], rec: RequestRecord | None = None,
+    cached_field: tuple[str, str] | None = None,
 ) -> RequestRecord:
     """One streamed request; never raises for a failed request, records it instead.
 
-    Pass ``rec`` to watch a request while it streams (its ``stamps`` grow as tokens arrive)."""
+    Pass ``rec`` to watch a request while it streams (its ``stamps`` grow as tokens arrive);
+    ``cached_field``: where the engine's events count cached prompt tokens beyond OpenAI's usage
+    (the adapter's :attr:`~tuner.engines.EngineAdapter.cached_tokens_field`)."""
     rec = rec or RequestRecord(ok=False, started=0.0)
     rec.started = time.perf_counter()
     try:
@@ -71,7 +74,7 @@ async def stream_request(
                 if event.get("error"):
                     rec.error = f"stream error: {str(event['error'])[:200]}"
                     return _ended(rec)
-                _read_event(rec, event)
+                _read_event(rec, event, cached_field)
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         rec.error = f"{type(exc).__name__}: {exc}"[:200]
         return _ended(rec)
@@ -87,7 +90,7 @@ def _ended(rec: RequestRecord) -> RequestRecord:
     return rec
 
 
-def _read_event(rec: RequestRecord, event: dict[str, Any]) -> None:
+def _read_event(rec: RequestRecord, event: dict[str, Any], cached_field: tuple[str, str] | None = None) -> None:
     if _has_content(event):
         now = time.perf_counter()
         if rec.ttft is None:
@@ -100,9 +103,11 @@ def _read_event(rec: RequestRecord, event: dict[str, Any]) -> None:
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         if cached is not None:
             rec.cached_tokens = int(cached)
-    timings = event.get("timings")  # llama.cpp: cache_n prompt tokens reused from the slot's cache
-    if timings and timings.get("cache_n") is not None:
-        rec.cached_tokens = int(timings["cache_n"])
+    if cached_field is not None:
+        key, name = cached_field
+        found = event.get(key)
+        if isinstance(found, dict) and found.get(name) is not None:
+            rec.cached_tokens = int(found[name])
 
 
 def _has_content(event: dict[str, Any]) -> bool:

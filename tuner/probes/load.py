@@ -22,15 +22,15 @@ from typing import Any
 import httpx
 
 from tuner import progress
-from tuner.engines._openai import counter_total
+from tuner.engines import counter_total
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
-from tuner.probes._stats import percentiles
+from tuner.stats import percentiles
 from tuner.probes._stream import RequestRecord, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
-from tuner.probes._window import batch_means
+from tuner.stats import batch_means
 from tuner.records import ProbeResult
-from tuner.space._model import LoadProbeSpec
+from tuner.space.schema import LoadProbeSpec
 
 __all__ = ["PER_GPU_METRICS", "LoadProbe", "RequestRecord", "per_gpu", "stop_clients", "stream_request"]
 
@@ -107,7 +107,7 @@ class LoadProbe(Probe):
         maker = PromptMaker(await one_token_words(tokenizer), self.spec.prompt_tokens, prefix_tokens=self.spec.prefix_tokens)
         probe = maker.make(-1)
         url, body, headers = self._request(server, probe)
-        rec = await stream_request(client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers)
+        rec = await stream_request(client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers, cached_field=server.cached_tokens_field)
         if rec.prompt_tokens is None:
             logger.warning("the server reports no usage.prompt_tokens: prompt lengths are not checked (%s)", rec.error)
             maker.calibrate(maker.body_words, await tokenizer.count(probe))
@@ -156,7 +156,7 @@ class LoadProbe(Probe):
                     body = {**body, "max_tokens": first, "min_tokens": first}
                     first = 0
                 try:
-                    await stream_request(client, url, body, headers, rec=rec)
+                    await stream_request(client, url, body, headers, rec=rec, cached_field=server.cached_tokens_field)
                 except asyncio.CancelledError:
                     rec.cancelled = True
                     raise

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 
 from tuner.probes._base import Probe, ServerHandle
-from tuner.probes._stats import percentiles
+from tuner.stats import percentiles
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.probes.load import stream_request
 from tuner.records import ProbeResult
-from tuner.space._model import OverloadProbeSpec
+from tuner.space.schema import OverloadProbeSpec
 
 __all__ = ["OverloadProbe"]
 

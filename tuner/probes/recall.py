@@ -24,7 +24,7 @@ from tuner.exceptions import ProbeError
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._tokens import Tokenizer
 from tuner.records import ProbeResult
-from tuner.space._model import RecallProbeSpec
+from tuner.space.schema import RecallProbeSpec
 
 __all__ = ["RecallProbe", "ladder"]
 

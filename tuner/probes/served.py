@@ -24,7 +24,7 @@ from tuner.probes._prompts import PromptMaker, one_token_words
 from tuner.probes._stream import stream_request
 from tuner.probes._tokens import Tokenizer
 from tuner.records import ProbeResult
-from tuner.space._model import ServedContextProbeSpec
+from tuner.space.schema import ServedContextProbeSpec
 
 __all__ = ["ServedContextProbe"]
 

@@ -2,7 +2,7 @@
 
 from tuner.space._constraints import Constraint, parse_constraint
 from tuner.space._load import DEFAULT_SPACE, load, resolve_path, validate
-from tuner.space._model import (
+from tuner.space.schema import (
     Budget,
     CategoricalParam,
     FloatParam,

@@ -13,7 +13,7 @@ from tuner import engines, objectives
 from tuner.data import shipped
 from tuner.exceptions import ConfigError, SpaceError
 from tuner.space._constraints import parse_constraint
-from tuner.space._model import SearchSpace
+from tuner.space.schema import SearchSpace
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any
 import optuna
 
 from tuner.space._constraints import Constraint, parse_constraint
-from tuner.space._model import CategoricalParam, FloatParam, IntParam, SearchSpace
+from tuner.space.schema import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 __all__ = ["suggest", "violated_constraints"]
 

@@ -1,4 +1,8 @@
-"""Steady-state window arithmetic: tokens counted by their stream timestamps, batch-means CIs.
+"""Statistics of measurements: percentiles, Student-t quantiles, and the steady-state window
+arithmetic the load probe counts with (tokens by their stream timestamps, batch-means CIs); read
+by the probes, the noise floor and the telemetry.
+
+Percentiles are numpy's (linear interpolation between closest ranks); None for no samples.
 
 A closed-loop level has a ramp (every client's first request starts at once: a burst of
 prefills) and a drain (the last requests finish while no new ones start). Neither is the
@@ -12,10 +16,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BatchMeans", "batch_means", "count_in", "t975"]
+import numpy as np
+
+__all__ = ["BatchMeans", "batch_means", "count_in", "percentiles", "t975"]
 
 # Two-sided 95 % Student-t quantiles for 1..30 degrees of freedom (then the normal's 1.96 plus
 # the first term of the Cornish-Fisher expansion).
@@ -87,3 +93,11 @@ def batch_means(streams: Sequence[tuple[Sequence[float], float]], start: float, 
         for i in range(batches):
             counts[i] += weight * count_in(stamps, edges[i], edges[i + 1])
     return BatchMeans(tuple(c / width for c in counts), end - start)
+
+
+def percentiles(values: Sequence[float], pcts: Iterable[int]) -> dict[int, float | None]:
+    pcts = list(pcts)
+    if not len(values):
+        return {p: None for p in pcts}
+    found = np.percentile(np.asarray(values, dtype=float), pcts)
+    return {p: float(v) for p, v in zip(pcts, found, strict=True)}

@@ -1,0 +1,34 @@
+"""The names under which a study stores what tuner keeps (Optuna user attrs). Only tuner.trials reads them."""
+
+from __future__ import annotations
+
+# study-level
+SPACE = "tuner.space"
+FINGERPRINT = "tuner.space_sha256"
+SPACE_FILE = "tuner.space_file"
+OBJECTIVES = "tuner.objectives"
+NOISE = "noise"
+REVALIDATED = "revalidated"  # "revalidated.<trial number>"
+LEASE = "tuner.run_lease"
+
+# trial-level: what it measured (a verdict)
+METRICS = "metrics"
+CAPACITY = "capacity"
+TIMINGS = "timings"
+LAUNCH = "launch"
+TELEMETRY = "telemetry"
+NODE = "node"
+ERROR = "error"
+SIGNATURE = "signature"
+EVIDENCE = "evidence"
+# trial-level: how it came to be, and where it ran
+INVALID = "invalid_combination"
+SCREENED = "screened"
+DUPLICATE_OF = "duplicate_of"
+PARTITION = "partition"
+LAUNCHED_AT = "launched_at"
+ENQUEUED = "enqueued"
+REQUEUED_FROM = "requeued_from"
+RESCREEN_OF = "rescreen_of"
+
+NOT_LAUNCHED = frozenset({SCREENED, DUPLICATE_OF, INVALID})

@@ -1,0 +1,227 @@
+"""The one reader of what a study stores: frozen records built from Optuna's trials and study attrs.
+
+Every module that reads a study reads :class:`TrialRecord` and :class:`StudyRecord`; the attribute
+names live in :mod:`tuner.trials._keys` only.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.trials import _keys as k
+
+__all__ = ["Kind", "StudyRecord", "TrialRecord", "read_lease", "read_study", "read_trials"]
+
+
+class Kind(enum.Enum):
+    """How a trial came to be: launched (a server was started for it, or was to be), or not."""
+
+    LAUNCHED = "launched"
+    INVALID = "invalid"  # broke one of the space's constraints: pruned at once
+    SCREENED = "screened"  # the pre-screen predicted its failure from the study's own evidence
+    COPY = "copy"  # a config the study had launched already: its result copied
+
+
+def _kind(attrs: Mapping[str, Any]) -> Kind:
+    if k.INVALID in attrs:
+        return Kind.INVALID
+    if attrs.get(k.SCREENED):
+        return Kind.SCREENED
+    if k.DUPLICATE_OF in attrs:
+        return Kind.COPY
+    return Kind.LAUNCHED
+
+
+def named_constraints(found: Mapping[str, float]) -> dict[str, float]:
+    """Constraint values by name, without the plain list kept for optuna-dashboard (Optuna reads
+    it back as keys "0", "1", ...); a trial stored with the list only keeps those."""
+    named = {key: v for key, v in found.items() if not key.isdigit()}
+    return named or dict(found)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as tuner stored it. ``values``: the objectives as its own trial measured them;
+    ``revalidated``: its re-runs on fresh servers (``runs``: the trial's own first), when any."""
+
+    number: int
+    state: TrialState
+    params: Mapping[str, Any]
+    values: tuple[float, ...] | None = None
+    constraints: Mapping[str, float] = field(default_factory=dict)
+    kind: Kind = Kind.LAUNCHED
+    datetime_start: datetime | None = None
+    datetime_complete: datetime | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    capacity: Mapping[str, Any] = field(default_factory=dict)
+    timings: Mapping[str, Any] = field(default_factory=dict)
+    launch: Mapping[str, Any] | None = None
+    telemetry: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, Any] | None = None
+    signature: str | None = None
+    error: str | None = None
+    invalid_combination: str | None = None
+    screened: str | None = None
+    duplicate_of: int | None = None
+    rescreen_of: int | None = None
+    requeued_from: int | None = None
+    partition: tuple[int, ...] = ()
+    launched_at: float | None = None
+    node: str | None = None
+    revalidated: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, trial: FrozenTrial, revalidated: Mapping[str, Any] | None = None) -> TrialRecord:
+        a = trial.user_attrs
+        return cls(
+            number=trial.number,
+            state=trial.state,
+            params=dict(trial.params),
+            values=tuple(trial.values) if trial.values is not None else None,
+            constraints=named_constraints(trial.constraints),
+            kind=_kind(a),
+            datetime_start=trial.datetime_start,
+            datetime_complete=trial.datetime_complete,
+            metrics=a.get(k.METRICS) or {},
+            capacity=a.get(k.CAPACITY) or {},
+            timings=a.get(k.TIMINGS) or {},
+            launch=a.get(k.LAUNCH) or None,
+            telemetry=a.get(k.TELEMETRY) or {},
+            evidence=a.get(k.EVIDENCE),
+            signature=a.get(k.SIGNATURE),
+            error=a.get(k.ERROR),
+            invalid_combination=a.get(k.INVALID),
+            screened=a.get(k.SCREENED) or None,
+            duplicate_of=a.get(k.DUPLICATE_OF),
+            rescreen_of=a.get(k.RESCREEN_OF),
+            requeued_from=a.get(k.REQUEUED_FROM),
+            partition=tuple(a.get(k.PARTITION) or ()),
+            launched_at=a.get(k.LAUNCHED_AT),
+            node=a.get(k.NODE),
+            revalidated=revalidated,
+        )
+
+    @property
+    def launched(self) -> bool:
+        """A server was (or was to be) started for it: not an invalid combination, a screened
+        config or a copy."""
+        return self.kind == Kind.LAUNCHED
+
+    @property
+    def finished(self) -> bool:
+        """Launched and ended as a result (COMPLETE or PRUNED): what counts toward a budget."""
+        return self.launched and self.state in (TrialState.COMPLETE, TrialState.PRUNED)
+
+    @property
+    def feasible(self) -> bool:
+        """Optuna's convention: every constraint value <= 0 (a trial without any is feasible)."""
+        return all(v <= 0 for v in self.constraints.values())
+
+    @property
+    def source(self) -> int:
+        """The trial whose server measured this one's result (a copy's original)."""
+        return self.duplicate_of if self.duplicate_of is not None else self.number
+
+    @property
+    def details(self) -> Mapping[str, Any]:
+        """The evidence's numbers (a failure's, or a screened config's prediction)."""
+        return (self.evidence or {}).get("details") or {}
+
+    @property
+    def skipped_on(self) -> int | None:
+        """The trial whose evidence a screened config was skipped on (None: not screened, or a
+        rule without one)."""
+        return self.details.get("from_trial") if self.screened else None
+
+    @property
+    def kv_tokens(self) -> float | None:
+        """The KV pool the engine reported, for a trial that started."""
+        return self.capacity.get("kv_tokens") if self.state == TrialState.COMPLETE else None
+
+    @property
+    def launched_when(self) -> datetime | None:
+        """When the trial got its partition and its server was started (Optuna's ``datetime_start``
+        is when it was asked: a trial may wait for its GPUs), else its timings' start."""
+        stamp = self.launched_at or self.timings.get("started_at")
+        return datetime.fromtimestamp(stamp) if stamp else None
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.datetime_start is None or self.datetime_complete is None:
+            return None
+        return self.datetime_complete - self.datetime_start
+
+    @property
+    def note(self) -> str:
+        """Why it is not a plain result, in a few words: a copy, a failure's signature, a broken
+        constraint, an error."""
+        if self.duplicate_of is not None:
+            return f"copy of {self.duplicate_of}"
+        return self.signature or self.invalid_combination or self.error or ""
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """A study's own attrs (space, objectives, noise, re-measurements, lease) and its trials."""
+
+    name: str
+    directions: tuple[str, ...]
+    metric_names: tuple[str, ...] | None
+    space: Mapping[str, Any] | None
+    space_file: str | None
+    fingerprint: str | None
+    objectives: Mapping[str, Any] | None
+    noise: Mapping[str, Any]
+    revalidated: Mapping[int, Mapping[str, Any]]
+    lease: Mapping[str, Any] | None
+    trials: tuple[TrialRecord, ...] = ()
+
+    def trial(self, number: int) -> TrialRecord | None:
+        return next((t for t in self.trials if t.number == number), None)
+
+    def with_state(self, *states: TrialState) -> list[TrialRecord]:
+        return [t for t in self.trials if t.state in states]
+
+
+def _revalidated(attrs: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    prefix = f"{k.REVALIDATED}."
+    return {int(key[len(prefix):]): value for key, value in attrs.items() if key.startswith(prefix) and key[len(prefix):].isdigit()}
+
+
+def read_study(study: optuna.Study, *, states: Sequence[TrialState] | None = None, trials: bool = True) -> StudyRecord:
+    """The study's attrs and its trials (those in ``states``, default all; none without ``trials``), read once."""
+    attrs = study.user_attrs
+    revalidated = _revalidated(attrs)
+    frozen = study.get_trials(deepcopy=False, states=tuple(states) if states is not None else None) if trials else []
+    lease = attrs.get(k.LEASE)
+    return StudyRecord(
+        name=study.study_name,
+        directions=tuple(d.name.lower() for d in study.directions),
+        metric_names=tuple(study.metric_names) if study.metric_names else None,
+        space=attrs.get(k.SPACE),
+        space_file=attrs.get(k.SPACE_FILE),
+        fingerprint=attrs.get(k.FINGERPRINT),
+        objectives=attrs.get(k.OBJECTIVES) or None,
+        noise=attrs.get(k.NOISE) or {},
+        revalidated=revalidated,
+        lease=lease if isinstance(lease, dict) and lease else None,
+        trials=tuple(TrialRecord.of(t, revalidated.get(t.number)) for t in frozen),
+    )
+
+
+def read_trials(study: optuna.Study, *, states: Sequence[TrialState] | None = None) -> list[TrialRecord]:
+    """The study's trials as records (those in ``states``, default all)."""
+    return list(read_study(study, states=states).trials)
+
+
+def read_lease(study: optuna.Study) -> Mapping[str, Any] | None:
+    """The run lease stored on the study (None when none is held or it was cleared)."""
+    data = study.user_attrs.get(k.LEASE)
+    return data if isinstance(data, dict) and data else None
