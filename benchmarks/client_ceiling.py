@@ -20,13 +20,19 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner.partitions import free_port  # noqa: E402
-from tuner.probes.load import stream_request  # noqa: E402
+from tuner.partitions import free_port
+from tuner.probes.load import stream_request
+from tuner.server import end_servers_on_sigterm
 
 
 async def measure(url: str, concurrency: int, tokens: int, requests: int) -> tuple[float, int, int]:
-    body = {"model": "m", "prompt": "hello world", "max_tokens": tokens, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "m",
+        "prompt": "hello world",
+        "max_tokens": tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     pending = list(range(requests))
     records = []
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
@@ -67,11 +73,17 @@ def main(concurrency: int, tokens: int, requests: int) -> None:
         os.killpg(server.pid, 15)
         server.wait()
     rate = chunks / wall
-    print(f"client on core {cores[0]}, server on core {server_cpu}: {requests} requests x {tokens} tokens at concurrency {concurrency}")
-    print(f"{chunks} streamed tokens in {wall:.2f}s, {errors} errors: {rate:,.0f} tok/s; ratio to the 20,000 target {rate / 20000:.2f}")
+    print(
+        f"client on core {cores[0]}, server on core {server_cpu}: {requests} requests x {tokens} tokens at concurrency "
+        f"{concurrency}"
+    )
+    print(
+        f"{chunks} streamed tokens in {wall:.2f}s, {errors} errors: {rate:,.0f} tok/s; ratio to the 20,000 target "
+        f"{rate / 20000:.2f}"
+    )
 
 
 if __name__ == "__main__":
     end_servers_on_sigterm()  # `timeout` must not leave a server behind
     args = [int(a) for a in sys.argv[1:]]
-    main(*(args + [16, 1000, 160][len(args):]))
+    main(*(args + [16, 1000, 160][len(args) :]))

@@ -22,18 +22,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.conftest import tiny_space  # noqa: E402
-from tuner import objectives  # noqa: E402
-from tuner.artifacts import RunDir  # noqa: E402
-from tuner.driver import Driver  # noqa: E402
-from tuner.executors import RayExecutor  # noqa: E402
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner.space import validate  # noqa: E402
-from tuner.study import open_study  # noqa: E402
-from tuner.trials import read_trials  # noqa: E402
+from tests.conftest import tiny_space
+from tuner import objectives
+from tuner.artifacts import RunDir
+from tuner.driver import Driver
+from tuner.executors import RayExecutor
+from tuner.server import end_servers_on_sigterm
+from tuner.space import validate
+from tuner.study import open_study
+from tuner.trials import read_trials
 
 
-def _space(trials: int):  # noqa: ANN202
+def _space(trials: int):
     raw = tiny_space(name="cluster-bench")
     raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
     raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 4}, "batch-size": {"type": "int", "low": 64, "high": 2048}}
@@ -46,8 +46,14 @@ def run(layout: str, trials: int, root: Path) -> dict[str, float]:
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                            **({"resources": {"tuner_device_0": 1, "tuner_device_1": 1}} if layout == "one" else {})})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "include_dashboard": False,
+            **({"resources": {"tuner_device_0": 1, "tuner_device_1": 1}} if layout == "one" else {}),
+        },
+    )
     try:
         if layout == "three":
             cluster.add_node(num_cpus=1, resources={"tuner_device_0": 1})
@@ -73,9 +79,14 @@ def run(layout: str, trials: int, root: Path) -> dict[str, float]:
     done = [t for t in read_trials(study) if t.timings and t.duplicate_of is None]
     overheads = [t.timings["started_at"] - t.datetime_start.timestamp() for t in done]
     nodes = {t.node for t in done}
-    return {"trials": len(done), "wall_s": wall, "per_hour": len(done) / wall * 3600, "nodes": len(nodes),
-            "overhead_mean_s": statistics.fmean(overheads) if overheads else float("nan"),
-            "overhead_max_s": max(overheads) if overheads else float("nan")}
+    return {
+        "trials": len(done),
+        "wall_s": wall,
+        "per_hour": len(done) / wall * 3600,
+        "nodes": len(nodes),
+        "overhead_mean_s": statistics.fmean(overheads) if overheads else float("nan"),
+        "overhead_max_s": max(overheads) if overheads else float("nan"),
+    }
 
 
 def main(trials: int = 6) -> dict[str, dict[str, float]]:
@@ -84,8 +95,12 @@ def main(trials: int = 6) -> dict[str, dict[str, float]]:
         os.environ.setdefault("TUNER_NODE_LEDGERS", str(Path(tmp) / "ledgers"))
         for layout in ("one", "three"):
             results[layout] = r = run(layout, trials, Path(tmp))
-            print(f"{layout:>5} node(s): {r['trials']} trials on {r['nodes']} node(s) in {r['wall_s']:.1f}s = {r['per_hour']:,.0f} trials/hour; "
-                  f"scheduling overhead per trial {r['overhead_mean_s']:.2f}s mean, {r['overhead_max_s']:.2f}s max", flush=True)
+            print(
+                f"{layout:>5} node(s): {r['trials']} trials on {r['nodes']} node(s) in {r['wall_s']:.1f}s = "
+                f"{r['per_hour']:,.0f} trials/hour; "
+                f"scheduling overhead per trial {r['overhead_mean_s']:.2f}s mean, {r['overhead_max_s']:.2f}s max",
+                flush=True,
+            )
     print(f"ratio trials/hour three nodes vs one: {results['three']['per_hour'] / results['one']['per_hour']:.2f}")
     return results
 

@@ -21,22 +21,26 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.conftest import tiny_space  # noqa: E402
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner import engines  # noqa: E402
-from tuner.partitions import free_port  # noqa: E402
-from tuner.probes import LoadProbe, ServerHandle  # noqa: E402
-from tuner.engines import llamacpp_provision as provision  # noqa: E402
-from tuner.server import ServerProcess  # noqa: E402
-from tuner.space import LoadProbeSpec, validate  # noqa: E402
+from tests.conftest import tiny_space
+from tuner import engines
+from tuner.engines import llamacpp_provision as provision
+from tuner.partitions import free_port
+from tuner.probes import LoadProbe, ServerHandle
+from tuner.server import ServerProcess, end_servers_on_sigterm
+from tuner.space import LoadProbeSpec, validate
 
 CONCURRENCY, PROMPT, OUTPUT, REQUESTS = 4, 128, 48, 16
 
 
 def ours(url: str, model: str, duration: float = 30.0) -> float:
     spec = LoadProbeSpec(
-        concurrency=[CONCURRENCY], prompt_tokens=PROMPT, output_tokens=OUTPUT, requests=REQUESTS, warmup=1,
-        duration=duration, max_duration=max(duration, 2 * duration),
+        concurrency=[CONCURRENCY],
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUT,
+        requests=REQUESTS,
+        warmup=1,
+        duration=duration,
+        max_duration=max(duration, 2 * duration),
     )
     return LoadProbe(spec).run(ServerHandle(url, model, None)).metrics["output_tok_s"]  # type: ignore[arg-type]
 
@@ -54,7 +58,9 @@ def theirs(url: str, guidellm: str, tokenizer: str, tmp: Path) -> float:
     (tmp / "scenario.json").write_text(json.dumps(scenario))
     subprocess.run(
         [guidellm, "run", "--scenario", str(tmp / "scenario.json"), "--disable-console"],
-        check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True,
+        check=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
     )
     data = json.loads((tmp / "out.json").read_text())
     return data["benchmarks"][0]["metrics"]["output_tokens_per_second"]["successful"]["mean"]
@@ -73,20 +79,30 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     port = free_port("127.0.0.1", 33100, 100)
     cmd = adapter.command({"ctx-size": 4096, "parallel": CONCURRENCY}, space=space, model_path=model, port=port)
     results: dict[str, list[float]] = {"tuner": [], "guidellm": []}
-    with tempfile.TemporaryDirectory() as tmp, ServerProcess(
-        cmd, adapter=adapter, log_path=Path(tmp) / "server.log", host="127.0.0.1", port=port, model=model, startup_timeout=30
-    ) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ServerProcess(
+            cmd, adapter=adapter, log_path=Path(tmp) / "server.log", host="127.0.0.1", port=port, model=model, startup_timeout=30
+        ) as server,
+    ):
         server.wait_ready()
         for who in ("tuner", "guidellm", "guidellm", "tuner"):
             if who == "guidellm" and args.skip_guidellm:
                 continue
-            value = ours(server.url, model, args.duration) if who == "tuner" else theirs(server.url, args.guidellm, args.tokenizer, Path(tmp))
+            value = (
+                ours(server.url, model, args.duration)
+                if who == "tuner"
+                else theirs(server.url, args.guidellm, args.tokenizer, Path(tmp))
+            )
             results[who].append(value)
             print(f"{who:>8}: {value:.1f} output tok/s")
     if args.skip_guidellm:
         return results
     a, b = (sum(v) / len(v) for v in (results["tuner"], results["guidellm"]))
-    print(f"llama-server -np {CONCURRENCY}, concurrency {CONCURRENCY}, {PROMPT} in / {OUTPUT} out, {REQUESTS} requests per run (ABBA)")
+    print(
+        f"llama-server -np {CONCURRENCY}, concurrency {CONCURRENCY}, {PROMPT} in / {OUTPUT} out, {REQUESTS} requests per run "
+        "(ABBA)"
+    )
     print(f"tuner {a:.1f} tok/s, guidellm {b:.1f} tok/s: ratio {a / b:.3f} (target 0.95-1.05)")
     return results
 

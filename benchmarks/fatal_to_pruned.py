@@ -17,23 +17,26 @@ from pathlib import Path
 
 import optuna
 
-from tuner.server import end_servers_on_sigterm
 from tuner import objectives
 from tuner.artifacts import RunDir
 from tuner.driver import Driver, TrialReport
 from tuner.executors import InlineExecutor
+from tuner.server import end_servers_on_sigterm
 from tuner.space import validate
 from tuner.study import open_study
 from tuner.trials import enqueue, read_trials
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.conftest import tiny_space  # noqa: E402
+from tests.conftest import tiny_space
 
 
 def main(n: int) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     raw = tiny_space()
-    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [65536, 131072]}, "seed": {"type": "int", "low": 0, "high": 10**6}}
+    raw["parameters"] = {
+        "ctx-size": {"type": "categorical", "choices": [65536, 131072]},
+        "seed": {"type": "int", "low": 0, "high": 10**6},
+    }
     raw["budget"] = {"trials": n}
     space = validate(raw, "bench.yaml")
     objective = objectives.load(space.objectives)
@@ -53,7 +56,10 @@ def main(n: int) -> None:
             assert t.state.name == "PRUNED" and t.signature == "kv_cache_oom", t
             delays.append(told[t.number] - details["fatal_seen_at"])
     print(f"failing starts: {n}; fatal line -> PRUNED: " + ", ".join(f"{d:.3f}s" for d in delays))
-    print(f"median {statistics.median(delays):.3f}s, max {max(delays):.3f}s (target <= 2 s): ratio to target {statistics.median(delays) / 2.0:.3f}")
+    print(
+        f"median {statistics.median(delays):.3f}s, max {max(delays):.3f}s (target <= 2 s): ratio to target "
+        f"{statistics.median(delays) / 2.0:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,7 @@ from optuna.trial import TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tuner import space as spaces  # noqa: E402
-from tuner.trials import read_trials  # noqa: E402
+from tuner.trials import read_trials
 
 SPACE = ROOT / "benchmarks" / "spaces" / "h200-vllm-grid.yaml"
 OUT = ROOT / "docs" / "data" / "search-tables" / "h200-vllm-grid.json"
@@ -45,9 +44,15 @@ def rows_of(db: Path, grid: dict[str, list]) -> dict[str, dict]:
     for t in read_trials(study, states=(TrialState.COMPLETE, TrialState.PRUNED)):
         m = t.metrics
         if t.state == TrialState.COMPLETE:
-            row = {"ok": True, "tok_s": m["load.output_tok_s"], "tok_s_ci": m.get("load.output_tok_s_ci"),
-                   "context": m["capacity.context_per_request"], "kv_tokens": m.get("capacity.kv_tokens"),
-                   "ttft_p99": m.get("load.ttft_p99"), "startup_s": t.timings.get("startup_s")}
+            row = {
+                "ok": True,
+                "tok_s": m["load.output_tok_s"],
+                "tok_s_ci": m.get("load.output_tok_s_ci"),
+                "context": m["capacity.context_per_request"],
+                "kv_tokens": m.get("capacity.kv_tokens"),
+                "ttft_p99": m.get("load.ttft_p99"),
+                "startup_s": t.timings.get("startup_s"),
+            }
         else:
             details = {k: v for k, v in t.details.items() if k != "fatal_seen_at"}
             row = {"ok": False, "signature": t.signature, "details": details, "elapsed_s": (t.evidence or {}).get("elapsed_s")}
@@ -67,13 +72,23 @@ def main(argv: list[str] | None = None) -> None:
     every = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     missing = [key(grid, p) for p in every if key(grid, p) not in rows]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "grid": grid, "rows": rows, "unmeasured": missing, "measured": time.strftime("%Y-%m-%d %H:%M"),
-        "how": "vLLM 0.26, one H200, SmolLM2-135M-Instruct real weights, CUDA graphs and torch.compile on; "
-               "C=128, 512 in / 128 out, one 8-16 s window per config (scripts/h200-grid.sh)",
-    }, indent=1))
-    print(f"{len(rows)} of {len(every)} configs measured ({sum(1 for r in rows.values() if not r['ok'])} failed to start); "
-          f"{len(missing)} unmeasured -> {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    args.out.write_text(
+        json.dumps(
+            {
+                "grid": grid,
+                "rows": rows,
+                "unmeasured": missing,
+                "measured": time.strftime("%Y-%m-%d %H:%M"),
+                "how": "vLLM 0.26, one H200, SmolLM2-135M-Instruct real weights, CUDA graphs and torch.compile on; "
+                "C=128, 512 in / 128 out, one 8-16 s window per config (scripts/h200-grid.sh)",
+            },
+            indent=1,
+        )
+    )
+    print(
+        f"{len(rows)} of {len(every)} configs measured ({sum(1 for r in rows.values() if not r['ok'])} failed to start); "
+        f"{len(missing)} unmeasured -> {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
+    )
 
 
 if __name__ == "__main__":

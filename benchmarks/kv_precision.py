@@ -7,7 +7,8 @@ of the space's devices. Prints a table of recall per rung and writes it as JSON.
 
     python benchmarks/kv_precision.py SPACE PARAM DTYPE[,DTYPE...] [--set k=v ...] [--repeats 3]
         [--distractors 0,8] [--out kv.json]
-    e.g. python benchmarks/kv_precision.py search_spaces/cpu-llamacpp.yaml cache-type-k f16,q4_0 --set ctx-size=4096 --set parallel=1
+    e.g. python benchmarks/kv_precision.py search_spaces/cpu-llamacpp.yaml cache-type-k f16,q4_0 \
+        --set ctx-size=4096 --set parallel=1
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tuner.partitions import make_partitions  # noqa: E402
-from tuner.probes import RecallProbe, ServedContextProbe  # noqa: E402
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner.space import RecallProbeSpec, load  # noqa: E402
-from tuner.space.schema import ServedContextProbeSpec  # noqa: E402
-from tuner.trial import serve  # noqa: E402
+from tuner.partitions import make_partitions
+from tuner.probes import RecallProbe, ServedContextProbe
+from tuner.server import end_servers_on_sigterm
+from tuner.space import RecallProbeSpec, load
+from tuner.space.schema import ServedContextProbeSpec
+from tuner.trial import serve
 
 
 def _value(text: str) -> object:
@@ -37,7 +38,7 @@ def _value(text: str) -> object:
     return {"true": True, "false": False}.get(text, text)
 
 
-def measure(space, params: dict, partition, out: Path, specs: dict[int, RecallProbeSpec], served_at: int = 0) -> dict:  # noqa: ANN001
+def measure(space, params: dict, partition, out: Path, specs: dict[int, RecallProbeSpec], served_at: int = 0) -> dict:
     began = time.monotonic()
     row: dict = {"params": params}
     try:
@@ -57,7 +58,9 @@ def measure(space, params: dict, partition, out: Path, specs: dict[int, RecallPr
                     "stop_reason": result.details["stop_reason"],
                     "misses": [
                         {"length": n, "case": k, "expected": c["expected"], "answer": c["answer"]}
-                        for n, cases in result.details["table"].items() for k, c in cases.items() if not c["passed"]
+                        for n, cases in result.details["table"].items()
+                        for k, c in cases.items()
+                        if not c["passed"]
                     ],
                 }
     except Exception as exc:  # noqa: BLE001 - a dtype the engine refuses is a result too
@@ -69,7 +72,9 @@ def measure(space, params: dict, partition, out: Path, specs: dict[int, RecallPr
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("space")
-    ap.add_argument("param", help="the space's KV cache dtype parameter, e.g. kv-cache-dtype (a+b: both, e.g. cache-type-k+cache-type-v)")
+    ap.add_argument(
+        "param", help="the space's KV cache dtype parameter, e.g. kv-cache-dtype (a+b: both, e.g. cache-type-k+cache-type-v)"
+    )
     ap.add_argument("dtypes")
     ap.add_argument("--set", action="append", default=[], help="k=v for the other parameters")
     ap.add_argument("--repeats", type=int, default=2)
@@ -83,18 +88,31 @@ def main() -> None:
     fixed = dict(kv.split("=", 1) for kv in args.set)
     base = {**{k: _value(v) for k, v in fixed.items()}}
     specs = {
-        int(d): RecallProbeSpec(start=args.start, depths=[float(x) for x in args.depths.split(",")], repeats=args.repeats,
-                                distractors=int(d), threshold=1.0, seed=11)
+        int(d): RecallProbeSpec(
+            start=args.start,
+            depths=[float(x) for x in args.depths.split(",")],
+            repeats=args.repeats,
+            distractors=int(d),
+            threshold=1.0,
+            seed=11,
+        )
         for d in args.distractors.split(",")
     }
     dtypes = args.dtypes.split(",")
-    parts = make_partitions(space.hardware.kind, space.hardware.devices, 1 if space.hardware.kind == "gpu" else len(space.hardware.devices))
+    parts = make_partitions(
+        space.hardware.kind, space.hardware.devices, 1 if space.hardware.kind == "gpu" else len(space.hardware.devices)
+    )
     work = args.out.parent / (args.out.stem + "-servers")
     rows: dict[str, dict] = {}
     with ThreadPoolExecutor(len(parts)) as pool:
         for i in range(0, len(dtypes), len(parts)):
             batch = dtypes[i : i + len(parts)]
-            futures = {d: pool.submit(measure, space, {**base, **dict.fromkeys(args.param.split("+"), d)}, p, work / d, specs, args.served) for d, p in zip(batch, parts)}
+            futures = {
+                d: pool.submit(
+                    measure, space, {**base, **dict.fromkeys(args.param.split("+"), d)}, p, work / d, specs, args.served
+                )
+                for d, p in zip(batch, parts, strict=False)
+            }
             rows.update({d: f.result() for d, f in futures.items()})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"space": args.space, "param": args.param, "fixed": base, "rows": rows}, indent=2))
@@ -104,12 +122,18 @@ def main() -> None:
             continue
         if "served" in row:
             s = row["served"]
-            print(f"{args.param}={d:>10} served {s['requests']:.0f} x {s['context_limit']:,} tokens: ok {s['ok']:.0f}, "
-                  f"{s['errors']:.0f} errors, prompt {s['prompt_tokens']:.0f} tokens, {s['seconds']:.1f}s, first error {s['first_error']}")
+            print(
+                f"{args.param}={d:>10} served {s['requests']:.0f} x {s['context_limit']:,} tokens: ok {s['ok']:.0f}, "
+                f"{s['errors']:.0f} errors, prompt {s['prompt_tokens']:.0f} tokens, {s['seconds']:.1f}s, first error "
+                f"{s['first_error']}"
+            )
         for key in (k for k in row if k.startswith("distractors=")):
             r = row[key]
             cells = "  ".join(f"{n}: {v:.2f}" for n, v in r["recall"].items())
-            print(f"{args.param}={d:>10} {key:<14} effective {r['effective_context']:>7,.0f}  {r['passed']:.0f}/{r['cases']:.0f}  [{cells}]")
+            print(
+                f"{args.param}={d:>10} {key:<14} effective {r['effective_context']:>7,.0f}  {r['passed']:.0f}/{r['cases']:.0f}  "
+                f"[{cells}]"
+            )
     print(f"wrote {args.out}")
 
 

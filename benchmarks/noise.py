@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import sys
-import multiprocessing
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner import space as spaces  # noqa: E402
-from tuner.partitions import make_partitions  # noqa: E402
-from tuner.probes import LoadProbe  # noqa: E402
-from tuner.trial import pinned, run_trial, serve  # noqa: E402
+from tuner import space as spaces
+from tuner.partitions import make_partitions
+from tuner.probes import LoadProbe
+from tuner.server import end_servers_on_sigterm
+from tuner.trial import pinned, run_trial, serve
 
 
 def default_params(space: spaces.SearchSpace) -> dict[str, Any]:
@@ -58,8 +58,11 @@ def level(result: Any) -> dict[str, Any]:
     m = result.metrics
     target = next(iter(result.details["levels"].values()))  # the target level: the only one run here
     return {
-        "tok_s": m["output_tok_s"], "ci": m.get("output_tok_s_ci", float("nan")), "window_s": m.get("window_s", 0.0),
-        "cache_hit_rate": target.get("cache_hit_rate"), "prompt_tokens_exact": target.get("prompt_tokens_exact"),
+        "tok_s": m["output_tok_s"],
+        "ci": m.get("output_tok_s_ci", float("nan")),
+        "window_s": m.get("window_s", 0.0),
+        "cache_hit_rate": target.get("cache_hit_rate"),
+        "prompt_tokens_exact": target.get("prompt_tokens_exact"),
     }
 
 
@@ -71,11 +74,17 @@ def fresh(space: spaces.SearchSpace, params: dict, n: int, tmp: Path, runs: list
         row["startup_s"] = outcome.timings.startup_s
         runs.append(row)
         _SAVE()
-        print(f"fresh server {i + 1}/{n}: {row['tok_s']:,.1f} tok/s +- {row['ci']:,.1f} (window {row['window_s']:.0f}s, start {row['startup_s']:.0f}s)", flush=True)
+        print(
+            f"fresh server {i + 1}/{n}: {row['tok_s']:,.1f} tok/s +- {row['ci']:,.1f} (window {row['window_s']:.0f}s, start "
+            f"{row['startup_s']:.0f}s)",
+            flush=True,
+        )
     return runs
 
 
-def windows_and_neighbour(space: spaces.SearchSpace, params: dict, windows: int, neighbour: int, tmp: Path, result: dict) -> dict[str, Any]:
+def windows_and_neighbour(
+    space: spaces.SearchSpace, params: dict, windows: int, neighbour: int, tmp: Path, result: dict
+) -> dict[str, Any]:
     """M windows on one server; then, with a second partition, alone (A) vs beside a busy neighbour (B)."""
     size = _size(space, params)
     parts = make_partitions(space.hardware.kind, space.hardware.devices, size)
@@ -109,7 +118,9 @@ def _measure_beside(probe: LoadProbe, main: Any, other: Any, parts: list, *, bus
     # client is a process of its own, as in `tune run` (one Ray worker per partition): a thread
     # here would share this interpreter's GIL with the client being measured.
     busy_spec = spec.model_copy(update={"duration": spec.max_duration + 30, "max_duration": spec.max_duration + 30})
-    neighbour = multiprocessing.get_context("spawn").Process(target=_busy, args=(busy_spec, other.handle, parts[1].client_cpus), daemon=True)
+    neighbour = multiprocessing.get_context("spawn").Process(
+        target=_busy, args=(busy_spec, other.handle, parts[1].client_cpus), daemon=True
+    )
     neighbour.start()
     time.sleep(min(20.0, spec.duration))  # the neighbour's ramp is behind us
     with pinned(parts[0].client_cpus):
@@ -148,8 +159,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     space = target_only(base, **overrides)
     params = {**default_params(base), **json.loads(args.params)}
     spec = space.probes.load
-    print(f"{args.space}: {params}; C={spec.target_concurrency}, {spec.prompt_tokens} in / {spec.output_tokens} out, "
-          f"window {spec.duration:g}-{spec.max_duration:g}s, CI target {spec.ci_target:.0%}", flush=True)
+    print(
+        f"{args.space}: {params}; C={spec.target_concurrency}, {spec.prompt_tokens} in / {spec.output_tokens} out, "
+        f"window {spec.duration:g}-{spec.max_duration:g}s, CI target {spec.ci_target:.0%}",
+        flush=True,
+    )
     report: dict[str, Any] = {"space": args.space, "params": params, "spec": spec.model_dump()}
     global _SAVE
     _SAVE = (lambda: args.json.write_text(json.dumps(report, indent=2) + "\n")) if args.json else (lambda: None)
@@ -164,7 +178,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
-_SAVE = lambda: None  # noqa: E731 - rewrites the JSON after each run, so a cut-off run keeps its numbers
+def _nothing() -> None:
+    return None
+
+
+_SAVE = _nothing  # rewrites the JSON after each run, so a cut-off run keeps its numbers (set by main)
 
 
 def calibration(runs: list[dict[str, Any]]) -> list[bool]:
@@ -189,22 +207,32 @@ def summarize(report: dict[str, Any]) -> None:
         covered = sum(1 for r in runs if abs(r["tok_s"] - mean) <= r["ci"])
         report["fresh_spread"] = spread(values)
         report["fresh_coverage"] = covered / len(runs)
-        print(f"fresh servers: n={len(values)}, mean {mean:,.1f} tok/s, (max-min)/mean {spread(values):.1%}; "
-              f"the probe's own 95 % CIs covering the mean of all: {covered}/{len(runs)}")
+        print(
+            f"fresh servers: n={len(values)}, mean {mean:,.1f} tok/s, (max-min)/mean {spread(values):.1%}; "
+            f"the probe's own 95 % CIs covering the mean of all: {covered}/{len(runs)}"
+        )
         if len(runs) >= 3:
             hits = calibration(runs)
             report["reported_interval_coverage"] = sum(hits) / len(hits)
-            print(f"the interval tuner reports for a one-run config (probe CI combined with the noise floor of the "
-                  f"other {len(runs) - 1} fresh servers) covers their mean: {sum(hits)}/{len(hits)}")
+            print(
+                f"the interval tuner reports for a one-run config (probe CI combined with the noise floor of the "
+                f"other {len(runs) - 1} fresh servers) covers their mean: {sum(hits)}/{len(hits)}"
+            )
     if rows := report.get("windows"):
         values = [r["tok_s"] for r in rows]
         report["windows_spread"] = spread(values)
-        print(f"windows on one server: n={len(values)}, mean {statistics.fmean(values):,.1f} tok/s, (max-min)/mean {spread(values):.1%}")
+        print(
+            f"windows on one server: n={len(values)}, mean {statistics.fmean(values):,.1f} tok/s, (max-min)/mean "
+            f"{spread(values):.1%}"
+        )
     if report.get("alone") and report.get("beside_busy"):
         a = statistics.fmean(r["tok_s"] for r in report["alone"])
         b = statistics.fmean(r["tok_s"] for r in report["beside_busy"])
         report["neighbour_change"] = b / a - 1
-        print(f"alone {a:,.1f} vs beside a busy neighbour {b:,.1f} tok/s: {b / a - 1:+.1%} (n={len(report['alone'])} each, interleaved)")
+        print(
+            f"alone {a:,.1f} vs beside a busy neighbour {b:,.1f} tok/s: {b / a - 1:+.1%} (n={len(report['alone'])} each, "
+            "interleaved)"
+        )
 
 
 if __name__ == "__main__":

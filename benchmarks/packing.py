@@ -22,25 +22,28 @@ from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.conftest import tiny_space  # noqa: E402
-from tuner import objectives  # noqa: E402
-from tuner.artifacts import RunDir  # noqa: E402
-from tuner.driver import Driver  # noqa: E402
-from tuner.executors import RayExecutor  # noqa: E402
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner.space import validate  # noqa: E402
-from tuner.study import open_study  # noqa: E402
-from tuner.table import launched  # noqa: E402
-from tuner.trials import read_trials  # noqa: E402
+from tests.conftest import tiny_space
+from tuner import objectives
+from tuner.artifacts import RunDir
+from tuner.driver import Driver
+from tuner.executors import RayExecutor
+from tuner.server import end_servers_on_sigterm
+from tuner.space import validate
+from tuner.study import open_study
+from tuner.table import launched
+from tuner.trials import read_trials
 
 SIZES = (1, 2, 1, 2, 1, 1, 2, 1)
 
 
-def _space():  # noqa: ANN202
+def _space():
     raw = tiny_space(name="packing-bench")
     raw["server"]["flags"].pop("threads")
     contexts = [2048 + 256 * i for i in range(len(SIZES))]  # distinct configs: none is a copied repeat
-    raw["parameters"] = {"threads": {"type": "categorical", "choices": [1, 2]}, "ctx-size": {"type": "categorical", "choices": contexts}}
+    raw["parameters"] = {
+        "threads": {"type": "categorical", "choices": [1, 2]},
+        "ctx-size": {"type": "categorical", "choices": contexts},
+    }
     raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": "threads"}
     raw["enqueue"] = [{"threads": s, "ctx-size": c} for s, c in zip(SIZES, contexts, strict=True)]
     raw["budget"] = {"trials": len(SIZES)}
@@ -75,11 +78,17 @@ def main(rounds: int = 2) -> None:
             for policy in found:
                 r = run(policy, Path(tmp) / f"round{i}")
                 found[policy].append(r)
-                print(f"round {i + 1} {policy:>8}: {len(SIZES)} trials in {r['wall_s']:.1f} s, devices busy {r['utilization']:.0%}", flush=True)
+                print(
+                    f"round {i + 1} {policy:>8}: {len(SIZES)} trials in {r['wall_s']:.1f} s, devices busy {r['utilization']:.0%}",
+                    flush=True,
+                )
     for policy, runs in found.items():
         walls, utils = [r["wall_s"] for r in runs], [r["utilization"] for r in runs]
         spread = f" (sd {statistics.stdev(walls):.1f} s, {statistics.stdev(utils):.0%})" if len(runs) > 1 else ""
-        print(f"{policy:>8}: mean wall {statistics.fmean(walls):.1f} s, devices busy {statistics.fmean(utils):.0%}{spread}, n={len(runs)}")
+        print(
+            f"{policy:>8}: mean wall {statistics.fmean(walls):.1f} s, devices busy {statistics.fmean(utils):.0%}{spread}, "
+            f"n={len(runs)}"
+        )
     ratio = statistics.fmean(r["wall_s"] for r in found["in order"]) / statistics.fmean(r["wall_s"] for r in found["may pass"])
     print(f"ratio wall in order / may pass: {ratio:.2f}")
 

@@ -22,15 +22,15 @@ from pathlib import Path
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.conftest import tiny_space  # noqa: E402
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner import objectives  # noqa: E402
-from tuner.artifacts import RunDir  # noqa: E402
-from tuner.driver import Driver  # noqa: E402
-from tuner.executors import RayExecutor  # noqa: E402
-from tuner.space import validate  # noqa: E402
-from tuner.study import open_study  # noqa: E402
-from tuner.trials import enqueue  # noqa: E402
+from tests.conftest import tiny_space
+from tuner import objectives
+from tuner.artifacts import RunDir
+from tuner.driver import Driver
+from tuner.executors import RayExecutor
+from tuner.server import end_servers_on_sigterm
+from tuner.space import validate
+from tuner.study import open_study
+from tuner.trials import enqueue
 
 
 def run(per_trial: int, n: int, tmp: Path) -> dict[str, float]:
@@ -62,7 +62,12 @@ def run(per_trial: int, n: int, tmp: Path) -> dict[str, float]:
         timings = json.loads((run_dir.trial(t.number) / "outcome.json").read_text())["timings"]
         lifetimes.append(timings["ended_at"] - timings["started_at"])
     assert summary.states == {"COMPLETE": n}, summary.states
-    return {"wall": wall, "trials_per_hour": n / wall * 3600, "server_s": sum(lifetimes), "overhead": (wall - sum(lifetimes)) / wall}
+    return {
+        "wall": wall,
+        "trials_per_hour": n / wall * 3600,
+        "server_s": sum(lifetimes),
+        "overhead": (wall - sum(lifetimes)) / wall,
+    }
 
 
 def main(n: int) -> None:
@@ -71,8 +76,14 @@ def main(n: int) -> None:
         one = run(2, n, Path(tmp))
         two = run(1, n, Path(tmp))
     print(f"{n} identical trials; wall measured from the first ask to the last tell (Ray start excluded)")
-    print(f"1 partition (2 cores): {one['wall']:.1f}s wall, {one['trials_per_hour']:.0f} trials/hour, servers alive {one['server_s']:.1f}s")
-    print(f"2 partitions (1 core): {two['wall']:.1f}s wall, {two['trials_per_hour']:.0f} trials/hour, servers alive {two['server_s']:.1f}s")
+    print(
+        f"1 partition (2 cores): {one['wall']:.1f}s wall, {one['trials_per_hour']:.0f} trials/hour, servers alive "
+        f"{one['server_s']:.1f}s"
+    )
+    print(
+        f"2 partitions (1 core): {two['wall']:.1f}s wall, {two['trials_per_hour']:.0f} trials/hour, servers alive "
+        f"{two['server_s']:.1f}s"
+    )
     print(f"ratio 2 vs 1 partitions: {two['trials_per_hour'] / one['trials_per_hour']:.2f} (aim >= 1.8)")
     print(f"tuner overhead, serial run: {one['overhead']:.1%} (aim <= 3 %)")
 

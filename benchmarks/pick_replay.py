@@ -26,17 +26,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import optuna  # noqa: E402
+import optuna
 
-from tuner import objectives  # noqa: E402
-from tuner import space as spaces  # noqa: E402
-from tuner.artifacts import RunDir  # noqa: E402
-from tuner.driver import Driver  # noqa: E402
-from tuner.pick import pick  # noqa: E402
-from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome  # noqa: E402
-from tuner.study import open_study  # noqa: E402
-from tuner.trials import enqueue, read_study  # noqa: E402
-from tuner.validate import measure_reference, race, revalidate  # noqa: E402
+from tuner import objectives
+from tuner import space as spaces
+from tuner.artifacts import RunDir
+from tuner.driver import Driver
+from tuner.pick import pick
+from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
+from tuner.study import open_study
+from tuner.trials import enqueue, read_study
+from tuner.validate import measure_reference, race, revalidate
 
 WITHIN = 0.02  # success: the chosen config's true value is within 2 % of the true best
 
@@ -49,7 +49,9 @@ class LandscapeExecutor:
     def __init__(self, truth: dict[int, float], sigma: float, rng: random.Random) -> None:
         self.truth, self.sigma, self.rng = truth, sigma, rng
 
-    def submit(self, space: Any, params: dict[str, Any], trial_dir: Path, partition: Any, ledger: Any = None) -> Future[TrialOutcome]:
+    def submit(
+        self, space: Any, params: dict[str, Any], trial_dir: Path, partition: Any, ledger: Any = None
+    ) -> Future[TrialOutcome]:
         value = self.truth[params["ctx-size"]] * (1.0 + self.rng.gauss(0.0, self.sigma))
         probes = (
             ProbeResult("load", {"output_tok_s": value, "output_tok_s_ci": 0.025 * value, "error_rate": 0.0}),
@@ -104,7 +106,8 @@ def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = N
         "aware_loss": 1 - truth[aware] / best,
         "ties": len(tied),
         "race_launches": extra,
-        "launches": len(study.trials) + sum(len(v.get("runs", [])) - 1 for v in read_study(study, trials=False).revalidated.values()),
+        "launches": len(study.trials)
+        + sum(len(v.get("runs", [])) - 1 for v in read_study(study, trials=False).revalidated.values()),
     }
 
 
@@ -113,7 +116,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--configs", type=int, default=10, help="configs per run (the default's budget)")
     parser.add_argument("--sigma", type=float, nargs="+", default=[0.05, 0.09])
-    parser.add_argument("--repeats", type=int, nargs="+", default=[0], help="fresh re-runs per front candidate (0: the space's plan)")
+    parser.add_argument(
+        "--repeats", type=int, nargs="+", default=[0], help="fresh re-runs per front candidate (0: the space's plan)"
+    )
     parser.add_argument("--race", type=int, nargs="+", default=[0], help="launches to break the pick's ties (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -127,14 +132,20 @@ def main() -> None:
                 loss = {k: sum(r[f"{k}_loss"] for r in runs) / len(runs) for k in ("plain", "aware")}
                 label = (f"repeats {repeats}" if repeats else "the space's plan") + (f" + race {budget}" if budget else "")
                 report[f"sigma {sigma} {label}"] = {
-                    "seeds": len(runs), **{f"{k}_within_2pct": v for k, v in rate.items()},
-                    **{f"{k}_mean_loss": v for k, v in loss.items()}, "mean_ties": sum(r["ties"] for r in runs) / len(runs),
+                    "seeds": len(runs),
+                    **{f"{k}_within_2pct": v for k, v in rate.items()},
+                    **{f"{k}_mean_loss": v for k, v in loss.items()},
+                    "mean_ties": sum(r["ties"] for r in runs) / len(runs),
                     "mean_race_launches": sum(r["race_launches"] for r in runs) / len(runs),
                 }
-                print(f"sigma {sigma:.1%}, {label}: {len(runs)} seeds, {args.configs} configs; within 2 % of the true best: "
-                      f"plain {rate['plain']:.0%}, noise-aware {rate['aware']:.0%} (its pick or a reported tie: {rate['aware_or_tie']:.0%}); "
-                      f"mean loss plain {loss['plain']:.1%}, noise-aware {loss['aware']:.1%}; ratio aware/plain "
-                      f"{rate['aware'] / max(rate['plain'], 1e-9):.2f}; race launches {sum(r['race_launches'] for r in runs) / len(runs):.1f}")
+                print(
+                    f"sigma {sigma:.1%}, {label}: {len(runs)} seeds, {args.configs} configs; within 2 % of the true best: "
+                    f"plain {rate['plain']:.0%}, noise-aware {rate['aware']:.0%} (its pick or a reported tie: "
+                    f"{rate['aware_or_tie']:.0%}); "
+                    f"mean loss plain {loss['plain']:.1%}, noise-aware {loss['aware']:.1%}; ratio aware/plain "
+                    f"{rate['aware'] / max(rate['plain'], 1e-9):.2f}; race launches "
+                    f"{sum(r['race_launches'] for r in runs) / len(runs):.1f}"
+                )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.conftest import tiny_space  # noqa: E402
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner import engines  # noqa: E402
-from tuner.partitions import free_port  # noqa: E402
-from tuner.probes import RecallProbe, ServerHandle  # noqa: E402
-from tuner.engines import llamacpp_provision as provision  # noqa: E402
-from tuner.server import ServerProcess  # noqa: E402
-from tuner.space import RecallProbeSpec, validate  # noqa: E402
+from tests.conftest import tiny_space
+from tuner import engines
+from tuner.engines import llamacpp_provision as provision
+from tuner.partitions import free_port
+from tuner.probes import RecallProbe, ServerHandle
+from tuner.server import ServerProcess, end_servers_on_sigterm
+from tuner.space import RecallProbeSpec, validate
 
 CACHE_TYPES = ("f16", "q8_0", "q4_0")
 
@@ -40,9 +39,12 @@ def main(lengths: list[int], threads: int) -> None:
         params = {"ctx-size": 8192, "parallel": 1, "cache-type-k": kv, "cache-type-v": kv}
         cmd = adapter.command(params, space=space, model_path=model, port=port)
         began = time.monotonic()
-        with tempfile.TemporaryDirectory() as tmp, ServerProcess(
-            cmd, adapter=adapter, log_path=Path(tmp) / "s.log", host="127.0.0.1", port=port, model=model, startup_timeout=60
-        ) as server:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            ServerProcess(
+                cmd, adapter=adapter, log_path=Path(tmp) / "s.log", host="127.0.0.1", port=port, model=model, startup_timeout=60
+            ) as server,
+        ):
             server.wait_ready()
             cap = adapter.capacity(server.log_text(), None, None)
             result = RecallProbe(spec).run(ServerHandle(server.url, model, cap))
@@ -50,12 +52,17 @@ def main(lengths: list[int], threads: int) -> None:
         cells = "  ".join(
             f"{length}: " + "".join("P" if c["passed"] else "-" for c in row.values()) for length, row in table.items()
         )
-        print(f"K/V {kv:>5}: effective context {result.metrics['effective_context']:>6.0f}  [{cells}]  "
-              f"({result.metrics['passed']:.0f}/{result.metrics['cases']:.0f} cases, {time.monotonic() - began:.0f}s) stop: {result.details['stop_reason']}")
+        print(
+            f"K/V {kv:>5}: effective context {result.metrics['effective_context']:>6.0f}  [{cells}]  "
+            f"({result.metrics['passed']:.0f}/{result.metrics['cases']:.0f} cases, {time.monotonic() - began:.0f}s) stop: "
+            f"{result.details['stop_reason']}"
+        )
         for length, row in table.items():
             for depth, case in row.items():
                 if not case["passed"]:
-                    print(f"      miss at {length} tokens, depth {depth}: expected {case['expected']}, answered {case['answer']!r}")
+                    print(
+                        f"      miss at {length} tokens, depth {depth}: expected {case['expected']}, answered {case['answer']!r}"
+                    )
 
 
 if __name__ == "__main__":

@@ -31,22 +31,38 @@ TABLE = ROOT / "docs" / "data" / "search-tables" / "h200-vllm-grid.json"
 def trial_of(grid: dict[str, list], row: dict[str, Any], params: dict[str, Any], number: int) -> FrozenTrial:
     dists = {k: CategoricalDistribution(v) for k, v in grid.items()}
     if row["ok"]:
-        t = create_trial(params=params, distributions=dists, values=[row["tok_s"]], user_attrs={"capacity": {"kv_tokens": row.get("kv_tokens")}})
+        t = create_trial(
+            params=params,
+            distributions=dists,
+            values=[row["tok_s"]],
+            user_attrs={"capacity": {"kv_tokens": row.get("kv_tokens")}},
+        )
     else:
-        t = create_trial(params=params, distributions=dists, state=TrialState.PRUNED,
-                         user_attrs={"signature": row["signature"], "evidence": {"details": row.get("details") or {}}})
+        t = create_trial(
+            params=params,
+            distributions=dists,
+            state=TrialState.PRUNED,
+            user_attrs={"signature": row["signature"], "evidence": {"details": row.get("details") or {}}},
+        )
     t.number = number
     return t
 
 
-def audit(table: dict[str, Any], screen_for, engine: str, seeds: int, as_record=lambda t: t) -> dict[str, int]:  # noqa: ANN001
+def audit(table: dict[str, Any], screen_for, engine: str, seeds: int, as_record=lambda t: t) -> dict[str, int]:
     """``as_record``: what the screen under audit fits on (today's: tuner.trials.TrialRecord; an
     older commit's screen.py: Optuna's FrozenTrial)."""
     grid, rows = table["grid"], table["rows"]
     items = [(json.loads(k), r) for k, r in rows.items()]
     trials = [as_record(trial_of(grid, r, p, i)) for i, (p, r) in enumerate(items)]
-    counts = {"configs": len(items), "started": sum(r["ok"] for _, r in items), "loo_false_skips": 0, "loo_true_skips": 0,
-              "seq_false_skips": 0, "seq_true_skips": 0, "seq_predictions": 0}
+    counts = {
+        "configs": len(items),
+        "started": sum(r["ok"] for _, r in items),
+        "loo_false_skips": 0,
+        "loo_true_skips": 0,
+        "seq_false_skips": 0,
+        "seq_true_skips": 0,
+        "seq_predictions": 0,
+    }
     for i, (params, row) in enumerate(items):
         screen = screen_for(engine)
         screen.fit([t for j, t in enumerate(trials) if j != i])
@@ -86,7 +102,10 @@ def main(argv: list[str] | None = None) -> None:
     c = audit(table, screen_for, args.engine, args.seeds, as_record)
     print(f"{args.table.name} ({args.screen_file or 'tuner/screen.py'}): {c['configs']} configs, {c['started']} started")
     print(f"  leave-one-out: {c['loo_false_skips']} false skips (configs that started), {c['loo_true_skips']} true skips")
-    print(f"  {args.seeds} random orders, {c['seq_predictions']} predictions: {c['seq_false_skips']} false skips, {c['seq_true_skips']} true skips")
+    print(
+        f"  {args.seeds} random orders, {c['seq_predictions']} predictions: {c['seq_false_skips']} false skips, "
+        f"{c['seq_true_skips']} true skips"
+    )
 
 
 if __name__ == "__main__":

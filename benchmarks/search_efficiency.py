@@ -44,26 +44,31 @@ import optuna
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tuner.server import end_servers_on_sigterm  # noqa: E402
-from tuner.artifacts import RunDir  # noqa: E402
-from tuner.driver import Driver  # noqa: E402
-from tuner.evidence import Evidence  # noqa: E402
-from tuner.exceptions import ConfigInfeasible, StartupFailed  # noqa: E402
-from tuner.objectives import ObjectiveSet  # noqa: E402
-from tuner.pick import hypervolume_2d  # noqa: E402
-from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome  # noqa: E402
-from tuner.engines import vllm  # noqa: E402
-from tuner.memory import MemoryModel  # noqa: E402
-from tuner.screen import Screen, screen_for  # noqa: E402
-from tuner.space import validate  # noqa: E402
-from tuner.trials import read_trials  # noqa: E402
+from tuner.artifacts import RunDir
+from tuner.driver import Driver
+from tuner.engines import vllm
+from tuner.evidence import Evidence
+from tuner.exceptions import ConfigInfeasible, StartupFailed
+from tuner.memory import MemoryModel
+from tuner.objectives import ObjectiveSet
+from tuner.pick import hypervolume_2d
+from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
+from tuner.screen import Screen, screen_for
+from tuner.server import end_servers_on_sigterm
+from tuner.space import validate
+from tuner.trials import read_trials
 
 TABLES = ROOT / "docs" / "data" / "search-tables"  # committed: the figures in docs/ replay from a clone
 BUDGET = 120
-OBJECTIVE = ObjectiveSet.model_validate({
-    "name": "throughput-vs-capacity-context",
-    "objectives": [{"metric": "load.output_tok_s", "direction": "maximize"}, {"metric": "capacity.context_per_request", "direction": "maximize"}],
-})
+OBJECTIVE = ObjectiveSet.model_validate(
+    {
+        "name": "throughput-vs-capacity-context",
+        "objectives": [
+            {"metric": "load.output_tok_s", "direction": "maximize"},
+            {"metric": "capacity.context_per_request", "direction": "maximize"},
+        ],
+    }
+)
 
 CPU_GRID = {
     "ctx-size": [2048, 4096, 8192, 16384, 32768, 65536],
@@ -118,11 +123,20 @@ def measure_cpu_table(path: Path) -> None:
             try:
                 outcome = run_trial(space, params, Path(tmp) / str(i), partition)
                 m = outcome.metrics()
-                row = {"ok": True, "tok_s": m["load.output_tok_s"], "context": m["capacity.context_per_request"], "kv_tokens": m.get("capacity.kv_tokens")}
+                row = {
+                    "ok": True,
+                    "tok_s": m["load.output_tok_s"],
+                    "context": m["capacity.context_per_request"],
+                    "kv_tokens": m.get("capacity.kv_tokens"),
+                }
             except ConfigInfeasible as exc:
                 row = {"ok": False, "signature": exc.evidence.signature, "details": exc.evidence.details}
             rows[json.dumps({k: params[k] for k in CPU_GRID}, sort_keys=True)] = row
-            print(f"[{i + 1}/{len(configs)}] {params} -> {row.get('tok_s', row.get('signature'))} ({time.monotonic() - began:.1f}s)", flush=True)
+            print(
+                f"[{i + 1}/{len(configs)}] {params} -> {row.get('tok_s', row.get('signature'))} "
+                f"({time.monotonic() - began:.1f}s)",
+                flush=True,
+            )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"grid": CPU_GRID, "rows": rows, "measured": time.strftime("%Y-%m-%d %H:%M")}, indent=1))
 
@@ -137,10 +151,19 @@ def h200_table() -> Table:
     """benchmarks/gpu_table.py's table of benchmarks/spaces/h200-vllm-grid.yaml (scripts/h200-grid.sh)."""
     data = json.loads((TABLES / "h200-vllm-grid.json").read_text())
     if data["unmeasured"]:
-        sys.exit(f"error: the H200 table has {len(data['rows'])} of {len(data['rows']) + len(data['unmeasured'])} configs measured: "
-                 "a search replayed on it would look up configs nobody measured; resume it with scripts/h200-grid.sh")
-    return Table("H200 vLLM 0.26 (measured, SmolLM2 real weights, graphs on)", "vllm", data["grid"], "gpu-memory-utilization", True,
-                 data["rows"], 16384)
+        sys.exit(
+            f"error: the H200 table has {len(data['rows'])} of {len(data['rows']) + len(data['unmeasured'])} configs measured: "
+            "a search replayed on it would look up configs nobody measured; resume it with scripts/h200-grid.sh"
+        )
+    return Table(
+        "H200 vLLM 0.26 (measured, SmolLM2 real weights, graphs on)",
+        "vllm",
+        data["grid"],
+        "gpu-memory-utilization",
+        True,
+        data["rows"],
+        16384,
+    )
 
 
 # ---------------------------------------------------------------- the GPU table (simulation)
@@ -158,7 +181,11 @@ def gpu_table() -> Table:
         if kv <= 0:
             row = {"ok": False, "signature": "no_kv_cache_memory", "details": {}}
         elif kv < length:
-            row = {"ok": False, "signature": "max_model_len_exceeds_kv", "details": {"asked_max_model_len": length, "estimated_max_model_len": kv}}
+            row = {
+                "ok": False,
+                "signature": "max_model_len_exceeds_kv",
+                "details": {"asked_max_model_len": length, "estimated_max_model_len": kv},
+            }
         else:
             batch = min(seqs, kv // 4096, 1024)
             step = (16 * gb + batch * 4096 * 128 * kib) / 4.8e12 + 0.002
@@ -177,7 +204,7 @@ class TableExecutor:
         self.table = table
         self.launches: list[str] = []
 
-    def submit(self, space, params, trial_dir, partition, ledger=None) -> Future:  # noqa: ANN001
+    def submit(self, space, params, trial_dir, partition, ledger=None) -> Future:
         key = self.table.key(params)
         self.launches.append(key)
         row = self.table.rows[key]
@@ -191,14 +218,14 @@ class TableExecutor:
             future.set_exception(StartupFailed("from the table", evidence=ev))
         return future
 
-    def cancel(self, future, *, force) -> None:  # noqa: ANN001
+    def cancel(self, future, *, force) -> None:
         pass
 
     def shutdown(self) -> None:
         pass
 
 
-def _space(table: Table):  # noqa: ANN202
+def _space(table: Table):
     from tests.conftest import tiny_space
 
     raw = tiny_space(name="replay")
@@ -217,8 +244,16 @@ def replay_optuna(table: Table, sampler: optuna.samplers.BaseSampler, *, screen:
     executor = TableExecutor(table)
     study = optuna.create_study(directions=OBJECTIVE.directions, sampler=sampler)
     with tempfile.TemporaryDirectory() as tmp:
-        Driver(space, study, OBJECTIVE, RunDir(Path(tmp)), executor, trials=budget, write_csv=False,
-               screen=(Screen(table.memory) if table.memory else screen_for(table.engine)) if screen else None).run()
+        Driver(
+            space,
+            study,
+            OBJECTIVE,
+            RunDir(Path(tmp)),
+            executor,
+            trials=budget,
+            write_csv=False,
+            screen=(Screen(table.memory) if table.memory else screen_for(table.engine)) if screen else None,
+        ).run()
     screened = [t for t in read_trials(study) if t.screened]
     false_skips = sum(1 for t in screened if table.rows[table.key(t.params)]["ok"])
     return executor.launches, (false_skips, len(screened))
@@ -287,7 +322,9 @@ def run(table: Table, seeds: int) -> list[str]:
     results: dict[str, list[dict[str, Any]]] = {"ours (TPE + screen)": [], "random": []}
     skips, total_skips = [], []
     for seed in range(seeds):
-        ours, (false_skips, skipped) = replay_optuna(table, optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=4), screen=True, budget=budget)
+        ours, (false_skips, skipped) = replay_optuna(
+            table, optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=4), screen=True, budget=budget
+        )
         results["ours (TPE + screen)"].append(score(table, ours))
         skips.append(false_skips)
         total_skips.append(skipped)
@@ -296,9 +333,11 @@ def run(table: Table, seeds: int) -> list[str]:
     results["grid order"] = [score(table, grid_order(table))]
     results["auto_tune.sh"] = [score(table, auto_tune(table))]
     lines = [
-        f"### {table.name}: {size} configs, {failing} fail to start; context >= {table.context_floor:,} for the best-throughput target",
+        f"### {table.name}: {size} configs, {failing} fail to start; context >= {table.context_floor:,} for the best-throughput "
+        "target",
         "",
-        "| strategy | median launches to 95 % of front HV | ... as % of grid | median launches to 95 % of best tok/s at context floor | median wasted launches (failed starts) |",
+        "| strategy | median launches to 95 % of front HV | ... as % of grid | median launches to 95 % of best tok/s at context "
+        "floor | median wasted launches (failed starts) |",
         "|---|---|---|---|---|",
     ]
     for name, rows in results.items():
@@ -313,11 +352,18 @@ def run(table: Table, seeds: int) -> list[str]:
     rand_hv = [r["to_hv"] or budget + 1 for r in results["random"]]
     pairs = [(a, b) for a in ours_hv for b in rand_hv]
     superiority = (sum(a < b for a, b in pairs) + 0.5 * sum(a == b for a, b in pairs)) / len(pairs)
-    lines += ["", f"launches to 95 % of front HV, ours vs random over all {seeds} x {seeds} seed pairs: ours fewer in "
-              f"{superiority:.0%} (probability of superiority; 50 % is no difference)"]
-    lines += ["", f"pre-screen: median {statistics.median(total_skips):g} launches skipped per run; false skips (skipped configs "
-              f"that would have started): median {statistics.median(skips):g}, max {max(skips)}, {sum(skips)} of {sum(total_skips)} "
-              f"skips over {seeds} seeds", ""]
+    lines += [
+        "",
+        f"launches to 95 % of front HV, ours vs random over all {seeds} x {seeds} seed pairs: ours fewer in "
+        f"{superiority:.0%} (probability of superiority; 50 % is no difference)",
+    ]
+    lines += [
+        "",
+        f"pre-screen: median {statistics.median(total_skips):g} launches skipped per run; false skips (skipped configs "
+        f"that would have started): median {statistics.median(skips):g}, max {max(skips)}, {sum(skips)} of {sum(total_skips)} "
+        f"skips over {seeds} seeds",
+        "",
+    ]
     return lines
 
 
@@ -326,7 +372,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--measure", action="store_true", help="re-measure the CPU table on the real llama-server")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--tables", default="cpu,h200,gpu", help="which tables: cpu (measured), h200 (measured), gpu (simulation)")
+    parser.add_argument(
+        "--tables", default="cpu,h200,gpu", help="which tables: cpu (measured), h200 (measured), gpu (simulation)"
+    )
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     import warnings
@@ -335,8 +383,10 @@ def main(argv: list[str] | None = None) -> str:
     chosen = args.tables.split(",")
     path = TABLES / "cpu-llamacpp-grid.json"
     if "cpu" in chosen and not args.measure and not path.is_file():
-        sys.exit(f"error: the measured CPU table {path.relative_to(ROOT)} is not in this clone: build it with --measure "
-                 "(108 configs on the real llama-server, about 2 minutes each) and commit it, or use --tables gpu")
+        sys.exit(
+            f"error: the measured CPU table {path.relative_to(ROOT)} is not in this clone: build it with --measure "
+            "(108 configs on the real llama-server, about 2 minutes each) and commit it, or use --tables gpu"
+        )
     if "cpu" in chosen and args.measure:
         measure_cpu_table(path)
     lines = [f"command: python benchmarks/search_efficiency.py --seeds {args.seeds} --tables {args.tables}", ""]

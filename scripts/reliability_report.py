@@ -13,8 +13,7 @@ import optuna
 
 from tuner import engines
 from tuner.driver import grade
-from tuner.engines import Category
-from tuner.engines import classify
+from tuner.engines import Category, classify
 
 runs, engine = Path(sys.argv[1]), sys.argv[2]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -23,8 +22,10 @@ print(f"study {runs.name}: {len(study.trials)} trials")
 for t in study.trials:
     ev = t.user_attrs.get("evidence") or {}
     details = {k: v for k, v in (ev.get("details") or {}).items() if k not in ("probe_began_at",)}
-    print(f"trial {t.number} {t.state.name} params={t.params} signature={t.user_attrs.get('signature')} "
-          f"exit={ev.get('returncode')} signal={ev.get('signal')} constraints={t.constraints}")
+    print(
+        f"trial {t.number} {t.state.name} params={t.params} signature={t.user_attrs.get('signature')} "
+        f"exit={ev.get('returncode')} signal={ev.get('signal')} constraints={t.constraints}"
+    )
     print(f"  error: {t.user_attrs.get('error', '')[:300]}")
     if details:
         print(f"  details: {json.dumps(details, default=str)[:900]}")
@@ -37,7 +38,9 @@ for log in sorted(runs.glob("trials/*/server.log"), key=lambda p: int(p.parent.n
         if match is None:
             print(f"{log.parent.name} [{label}]: no failure")
             continue
-        print(f"{log.parent.name} [{label}]: {match.signature.name} ({match.signature.category}) grade {grade(match.details):.3f}")
+        print(
+            f"{log.parent.name} [{label}]: {match.signature.name} ({match.signature.category}) grade {grade(match.details):.3f}"
+        )
         print(f"    headline: {match.lines[0].text.strip()[:300]}")
         numbers = {k: v for k, v in match.details.items() if k != "exception"}
         if numbers:

@@ -8,12 +8,11 @@ files from shared/gpu's model kit.   usage: python3 smollm2_to_hf.py MODEL.gguf 
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
 from pathlib import Path
-
-import json
 
 import torch
 from safetensors.torch import save_file
@@ -39,9 +38,11 @@ def main(gguf: Path, tokenizer: Path, out: Path) -> None:
         if f.is_file() and f.name != "generation_config.json":
             shutil.copy(f, out / f.name)
     cfg = model.config
-    print(f"{out}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, {cfg.num_hidden_layers} layers, "
-          f"{cfg.num_key_value_heads} KV heads, max_position_embeddings {cfg.max_position_embeddings}, "
-          f"tie_word_embeddings {cfg.tie_word_embeddings}, {time.monotonic() - began:.1f}s")
+    print(
+        f"{out}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, {cfg.num_hidden_layers} layers, "
+        f"{cfg.num_key_value_heads} KV heads, max_position_embeddings {cfg.max_position_embeddings}, "
+        f"tie_word_embeddings {cfg.tie_word_embeddings}, {time.monotonic() - began:.1f}s"
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """A study's trials over time by GPU, from each launch to its end (tuner.table.launched), as a PNG:
-where a GPU sat idle and which trial waited for which.   usage: python scripts/timeline_png.py DB STUDY OUT.png [DEVICE-WORD, default GPU]"""
+where a GPU sat idle and which trial waited for which.
+
+usage: python scripts/timeline_png.py DB STUDY OUT.png [DEVICE-WORD, default GPU]"""
 
 from __future__ import annotations
 
@@ -29,8 +31,20 @@ def main(db: str, name: str, out: str, device: str = "GPU") -> None:
         size = len(t.partition)
         for gpu in t.partition:
             ax.barh(gpu, width, left=start, color=colors.get(size, "#7f7f7f"), edgecolor="white")
-            ax.text(start + width / 2, gpu, f"#{t.number}: {size} {device}" + ("s" if size > 1 else "") + (f"\n(waited {waited:.0f} s)" if waited > 5 else ""), ha="center", va="center", color="white", fontsize=8)
-    ax.set_yticks(sorted({g for t in ran for g in t.partition}), [f"{device} {g}" for g in sorted({g for t in ran for g in t.partition})])
+            ax.text(
+                start + width / 2,
+                gpu,
+                f"#{t.number}: {size} {device}"
+                + ("s" if size > 1 else "")
+                + (f"\n(waited {waited:.0f} s)" if waited > 5 else ""),
+                ha="center",
+                va="center",
+                color="white",
+                fontsize=8,
+            )
+    ax.set_yticks(
+        sorted({g for t in ran for g in t.partition}), [f"{device} {g}" for g in sorted({g for t in ran for g in t.partition})]
+    )
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first launch")
     ax.set_title(f"{name}: each trial from its launch to its end (white gaps: the {device} was idle)", fontsize=10)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.engines.llamacpp import BUILTIN_MODEL
 from tuner.engines import llamacpp_provision as provision
+from tuner.engines.llamacpp import BUILTIN_MODEL
 from tuner.processes import group_members
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,12 +83,18 @@ def llama_server_process(
     port = port or free_port("127.0.0.1", worker_port(32000), 900)
     cmd = adapter.command(params, space=space, model_path=str(model), port=port)
     return ServerProcess(
-        cmd, adapter=adapter, log_path=Path(log_dir) / "server.log", host="127.0.0.1", port=port,
-        model=str(model), startup_timeout=timeout, memory_cap=space.server.memory_cap,
+        cmd,
+        adapter=adapter,
+        log_path=Path(log_dir) / "server.log",
+        host="127.0.0.1",
+        port=port,
+        model=str(model),
+        startup_timeout=timeout,
+        memory_cap=space.server.memory_cap,
     )
 
 
-def handle(server):  # noqa: ANN001, ANN201 - a ServerProcess in, a ServerHandle out
+def handle(server):  # a ServerProcess in, a ServerHandle out
     """What a probe needs to reach a ready llama-server, with capacity from its log."""
     from tuner import engines
     from tuner.probes import ServerHandle
@@ -102,7 +108,7 @@ def assert_group_gone(pgid: int) -> None:
     assert group_members(pgid) == [], f"processes of group {pgid} are still alive"
 
 
-def tiny_space(**overrides: object) -> dict:  # noqa: D103
+def tiny_space(**overrides: object) -> dict:
     """A small real llama.cpp space for integration tests (fast probes, 1 core)."""
     space = {
         "name": "tiny",
@@ -172,7 +178,7 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     return (*copy_study(built / "real", tmp_path_factory.mktemp("real-study") / "real"), space)
 
 
-def copy_study(source: Path, dest: Path):  # noqa: ANN201 - (optuna.Study, RunDir)
+def copy_study(source: Path, dest: Path):  # (optuna.Study, RunDir)
     """A run folder copied to ``dest`` (study.db, trials, artifacts) and its study opened there: a
     copy to write to while others read the original."""
     import optuna
@@ -207,10 +213,22 @@ def postgres() -> str:
         shutil.chown(root, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     data, port = root / "data", free_port("127.0.0.1", worker_port(35500), 400)
-    run = lambda *argv: subprocess.run([*as_user, *argv], check=True, capture_output=True, text=True)  # noqa: E731
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*as_user, *argv], check=True, capture_output=True, text=True)
+
     run(str(bin_dir / "initdb"), "-D", str(data), "-U", "tuner", "--auth=trust", "-E", "UTF8")
-    run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "-o",
-        f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start")
+    run(
+        str(bin_dir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(root / "server.log"),
+        "-w",
+        "-o",
+        f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
+        "start",
+    )
     try:
         run(str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "tuner", "tuner")
         yield f"postgresql+psycopg://tuner@127.0.0.1:{port}/tuner"

@@ -21,7 +21,10 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return {
         id(node.body[0].value)
         for node in ast.walk(tree)
-        if isinstance(node, kinds) and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        if isinstance(node, kinds)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
     }
 
 
@@ -71,12 +74,17 @@ def test_the_check_finds_an_engine_name_in_code_but_not_in_prose(tmp_path: Path)
         '    return engine == "vllm"\n'
         "from tuner.engines import llamacpp_provision\n"
     )
-    assert sorted(engine_names_outside_engines(package)) == ["tuner/export.py:3: 'vllm'", "tuner/export.py:4: 'llamacpp_provision'"]
+    assert sorted(engine_names_outside_engines(package)) == [
+        "tuner/export.py:3: 'vllm'",
+        "tuner/export.py:4: 'llamacpp_provision'",
+    ]
 
 
 def _type_checking(node: ast.If) -> bool:
     test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:
@@ -166,10 +174,21 @@ def test_a_cycle_through_a_function_local_import_is_found(tmp_path: Path) -> Non
 
 
 # what a study stores is read and written in tuner/trials/ only (its records and its writer)
-STORAGE_NAMES = frozenset({
-    "user_attrs", "system_attrs", "set_user_attr", "set_system_attr", "set_trial_user_attr", "set_trial_system_attr",
-    "enqueue_trial", "set_constraint", "tell", "_storage", "_trial_id",
-})
+STORAGE_NAMES = frozenset(
+    {
+        "user_attrs",
+        "system_attrs",
+        "set_user_attr",
+        "set_system_attr",
+        "set_trial_user_attr",
+        "set_trial_system_attr",
+        "enqueue_trial",
+        "set_constraint",
+        "tell",
+        "_storage",
+        "_trial_id",
+    }
+)
 
 
 def storage_access_outside_trials(package: Path) -> list[str]:
@@ -203,11 +222,21 @@ def private_imports_across_packages(package: Path) -> list[str]:
         rel = path.relative_to(package.parent)
         here = ".".join(rel.with_suffix("").parts[:-1])
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names = (
+                [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             for name in names:
                 parts = name.split(".")
                 private = next((i for i, p in enumerate(parts) if p.startswith("_")), None)
-                if parts[0] == package.name and private is not None and not (here + ".").startswith(".".join(parts[:private]) + "."):
+                if (
+                    parts[0] == package.name
+                    and private is not None
+                    and not (here + ".").startswith(".".join(parts[:private]) + ".")
+                ):
                     found.append(f"{rel.as_posix()}:{node.lineno}: {name}")
     return found
 
@@ -221,4 +250,7 @@ def test_the_check_finds_a_private_import_across_packages(tmp_path: Path) -> Non
     (package / "probes").mkdir(parents=True)
     (package / "probes" / "load.py").write_text("from tuner.probes._window import t975\n")
     (package / "noise.py").write_text("from tuner.probes._window import t975\nimport tuner.engines._openai\n")
-    assert private_imports_across_packages(package) == ["tuner/noise.py:1: tuner.probes._window", "tuner/noise.py:2: tuner.engines._openai"]
+    assert private_imports_across_packages(package) == [
+        "tuner/noise.py:1: tuner.probes._window",
+        "tuner/noise.py:2: tuner.engines._openai",
+    ]

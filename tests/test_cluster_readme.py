@@ -53,12 +53,17 @@ def _end(home: Path) -> None:
         time.sleep(2)
 
 
-def test_the_readme_cluster_commands_work_with_token_auth(postgres: str, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+def test_the_readme_cluster_commands_work_with_token_auth(
+    postgres: str, tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
     readme = (ROOT / "README.md").read_text()
-    for line in ("ray get-auth-token --generate", 'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(cat ~/.ray/auth_token)"',
-                 "ray start --head --port 6379",
-                 "ray start --address HEAD:6379 --resources '{\"tuner_device_0\": 1, \"tuner_device_1\": 1}'",
-                 "tune run --space b300 --study night1 --ray-address HEAD:6379 --storage postgresql+psycopg://"):
+    for line in (
+        "ray get-auth-token --generate",
+        'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(cat ~/.ray/auth_token)"',
+        "ray start --head --port 6379",
+        'ray start --address HEAD:6379 --resources \'{"tuner_device_0": 1, "tuner_device_1": 1}\'',
+        "tune run --space b300 --study night1 --ray-address HEAD:6379 --storage postgresql+psycopg://",
+    ):
         assert line in readme, f"README no longer says: {line}"
     ray = shutil.which("ray", path=str(Path(sys.executable).parent))
     tune = shutil.which("tune", path=str(Path(sys.executable).parent))
@@ -69,7 +74,10 @@ def test_the_readme_cluster_commands_work_with_token_auth(postgres: str, tmp_pat
     from tuner.engines.llamacpp_provision import cache_root
 
     # Ray's HOME is the test's; the engine and model stay where this machine keeps them (no rebuild)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"HOME": str(home), "TUNER_CACHE": str(cache_root())}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {
+        "HOME": str(home),
+        "TUNER_CACHE": str(cache_root()),
+    }
     raw = tiny_space(name="night1")
     raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
     raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
@@ -86,7 +94,9 @@ export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(cat ~/.ray/auth_token)"
 {tune} run --space {space} --study night1 --ray-address 127.0.0.1:{port} --storage {postgres} --no-remeasure
 """
     try:
-        out = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
+        out = subprocess.run(
+            ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, start_new_session=True
+        )
     finally:
         _end(home)
     assert (home / ".ray" / "auth_token").is_file(), out.stdout[-2000:] + out.stderr[-2000:]
@@ -94,4 +104,6 @@ export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(cat ~/.ray/auth_token)"
     trials = optuna.load_study(study_name="night1", storage=postgres).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
     assert {tuple(t.user_attrs["partition"]) for t in trials} == {(0,), (1,)}
-    assert not [p for p in _started_with(home) if (found := procfs.stat(p)) is not None and not found.zombie], "a Ray process outlived the test"
+    assert not [p for p in _started_with(home) if (found := procfs.stat(p)) is not None and not found.zombie], (
+        "a Ray process outlived the test"
+    )

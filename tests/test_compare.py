@@ -16,14 +16,27 @@ pytestmark = pytest.mark.integration
 def test_a_study_compared_with_its_own_copy_ties(real_study, tmp_path: Path) -> None:
     """The same pick twice can only tie; the verdict says so with the numbers, and the studies
     are not written to."""
-    study, run_dir, _ = real_study
+    _, run_dir, _ = real_study
     copy = tmp_path / "copy.db"
     shutil.copy(run_dir.root / "study.db", copy)
     before = copy.read_bytes()
     out = subprocess.run(
-        [sys.executable, "-m", "tuner", "compare", "--study", f"a=sqlite:///{run_dir.root / 'study.db'}",
-         "--study", f"b=sqlite:///{copy}", "--repeats", "2"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "tuner",
+            "compare",
+            "--study",
+            f"a=sqlite:///{run_dir.root / 'study.db'}",
+            "--study",
+            f"b=sqlite:///{copy}",
+            "--repeats",
+            "2",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     # One verdict for the pair. The same config twice ties at the 95 % level, i.e. not always: a
@@ -38,5 +51,7 @@ def test_a_study_compared_with_its_own_copy_ties(real_study, tmp_path: Path) -> 
 
 
 def test_compare_needs_two_studies(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "tuner", "compare", "--study", "a"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "tuner", "compare", "--study", "a"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and out.stderr.strip() == "error: --study: give two or more studies to compare"

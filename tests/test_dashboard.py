@@ -14,12 +14,11 @@ from pathlib import Path
 import httpx
 import optuna
 import pytest
-
-from tests.conftest import worker_port
 from optuna.trial import TrialState
 
-from tuner.trials import Verdict, read_trials, tell
+from tests.conftest import worker_port
 from tuner.partitions import free_port
+from tuner.trials import Verdict, read_trials, tell
 
 
 def _study(path: Path) -> optuna.Study:
@@ -28,9 +27,15 @@ def _study(path: Path) -> optuna.Study:
     for tok_s, ttft, ok in ((120.0, 0.4, 0.0), (150.0, 7.5, 0.5)):  # the second violates the TTFT SLO
         trial = study.ask()
         metrics = {"load.output_tok_s": tok_s, "recall.effective_context": 4096.0, "load.ttft_p99": ttft}
-        tell(study, trial, Verdict(TrialState.COMPLETE, (tok_s, 4096.0), {"load.ttft_p99 <= 5": ok, "server starts": 0.0}, {"metrics": metrics}))
+        tell(
+            study,
+            trial,
+            Verdict(TrialState.COMPLETE, (tok_s, 4096.0), {"load.ttft_p99 <= 5": ok, "server starts": 0.0}, {"metrics": metrics}),
+        )
     trial = study.ask()
-    tell(study, trial, Verdict(TrialState.PRUNED, constraints={"server starts": 1.0}, attrs={"signature": "kv_cache_does_not_fit"}))
+    tell(
+        study, trial, Verdict(TrialState.PRUNED, constraints={"server starts": 1.0}, attrs={"signature": "kv_cache_does_not_fit"})
+    )
     return study
 
 
@@ -51,7 +56,9 @@ def test_optuna_dashboard_reads_feasibility_and_sortable_metrics(tmp_path: Path)
     exe = Path(sys.executable).with_name("optuna-dashboard")
     proc = subprocess.Popen(
         [str(exe), f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         url = f"http://127.0.0.1:{port}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -14,13 +15,13 @@ from tests.conftest import tiny_space, worker_port
 from tuner import objectives
 from tuner.artifacts import RunDir
 from tuner.driver import Driver
-from tuner.trials import state_for
 from tuner.evidence import Evidence
 from tuner.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
 from tuner.executors import InlineExecutor
 from tuner.pick import candidates, pick
 from tuner.space import validate
 from tuner.study import open_study
+from tuner.trials import state_for
 
 EV = Evidence(argv=("x",), elapsed_s=0.1)
 
@@ -92,7 +93,9 @@ def test_real_mini_tune_prunes_a_real_oom_and_keeps_evidence(tmp_path: Path, lla
         metas = {m.filename: m for m in get_all_artifact_meta(t, storage=study._storage)}
         assert {"command.txt", "server.log"} <= set(metas), metas
         copy = tmp_path / f"log-{t.number}"
-        download_artifact(artifact_store=run_dir.artifact_store(), artifact_id=metas["server.log"].artifact_id, file_path=str(copy))
+        download_artifact(
+            artifact_store=run_dir.artifact_store(), artifact_id=metas["server.log"].artifact_id, file_path=str(copy)
+        )
         assert copy.read_bytes() == (run_dir.trial(t.number) / "server.log").read_bytes()
     assert "evidence.json" in {m.filename for m in get_all_artifact_meta(oom, storage=study._storage)}
     assert ok.values[0] > 0  # output tok/s from the server's usage counts
@@ -123,7 +126,9 @@ def test_rerun_resumes_and_a_changed_space_is_refused(tmp_path: Path, llama_serv
 
 
 @pytest.mark.integration
-def test_a_seeded_study_resumed_continues_the_search_instead_of_replaying_it(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+def test_a_seeded_study_resumed_continues_the_search_instead_of_replaying_it(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
     """Run to 2 trials, then resume to 4 (a new process would open the study the same way): the
     resumed sampler proposes 2 new configs. A sampler seeded afresh replayed trials 0 and 1, which
     were then copied instead of measured; copies never count against the budget."""
@@ -148,8 +153,10 @@ def test_grade_of_a_failed_start() -> None:
     from tuner.trials import grade
 
     vllm = engines.get("vllm").classify(
-        "(EngineCore pid=2512) ERROR 12-01 12:16:29 [core.py:1330] ValueError: To serve at least one request with the model's max seq "
-        "len (2000000), (0.35 GiB KV cache is needed, which is larger than the available KV cache memory (0.17 GiB). Based on the "
+        "(EngineCore pid=2512) ERROR 12-01 12:16:29 [core.py:1330] ValueError: To serve at least one request with the model's "
+        "max seq "
+        "len (2000000), (0.35 GiB KV cache is needed, which is larger than the available KV cache memory (0.17 GiB). Based on "
+        "the "
         "available memory, the estimated maximum model length is 221888. Try increasing `gpu_memory_utilization`"
     )
     assert vllm is not None and grade(vllm.details) == pytest.approx(2000000 / 221888 - 1)
@@ -166,7 +173,10 @@ def test_screen_skips_a_config_that_already_failed_for_real(tmp_path: Path, llam
     from tuner.screen import screen_for
 
     raw = tiny_space()
-    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [2048, 65536]}, "parallel": {"type": "int", "low": 1, "high": 2}}
+    raw["parameters"] = {
+        "ctx-size": {"type": "categorical", "choices": [2048, 65536]},
+        "parallel": {"type": "int", "low": 1, "high": 2},
+    }
     space = validate(raw, "tiny.yaml")
     objective = objectives.load(space.objectives)
     study = open_study(space, objective, name="screen", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
@@ -210,12 +220,17 @@ def test_a_partition_whose_gpu_is_held_is_refused_naming_the_holder(tmp_path: Pa
     objective = objectives.load(space.objectives)
     study = open_study(space, objective, name="held", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="tiny.yaml")
     hygiene = GpuHygiene(
-        [0, 1], reader=lambda ids: {i: 0.0 for i in ids},
-        holders=lambda ids: [Holder(d, 4242, 35700.0) for d in ids if d == 0], timeout=0, hold_grace=0,
+        [0, 1],
+        reader=lambda ids: {i: 0.0 for i in ids},
+        holders=lambda ids: [Holder(d, 4242, 35700.0) for d in ids if d == 0],
+        timeout=0,
+        hold_grace=0,
     )
     driver = Driver(space, study, objective, RunDir(tmp_path / "held"), InlineExecutor(), trials=1, hygiene=hygiene)
     summary = driver.run()
-    assert driver.refusals == ["partition 0: cpu 0, ports 31000+ refused: memory held before the trial by GPU 0: pid 4242 35700 MiB"]
+    assert driver.refusals == [
+        "partition 0: cpu 0, ports 31000+ refused: memory held before the trial by GPU 0: pid 4242 35700 MiB"
+    ]
     [trial] = study.get_trials()
     assert trial.state == TrialState.COMPLETE and trial.user_attrs["partition"] == [1]
 
@@ -241,19 +256,32 @@ def test_a_smaller_trial_uses_the_partition_a_larger_one_waits_beside(tmp_path: 
 
     raw = tiny_space(name="mixed")
     raw["server"]["flags"].pop("threads")
-    raw["parameters"] = {"threads": {"type": "categorical", "choices": [1, 2]}, "ctx-size": {"type": "categorical", "choices": [2048, 3072, 4096]}}
+    raw["parameters"] = {
+        "threads": {"type": "categorical", "choices": [1, 2]},
+        "ctx-size": {"type": "categorical", "choices": [2048, 3072, 4096]},
+    }
     raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": "threads"}
-    raw["enqueue"] = [{"threads": 1, "ctx-size": 2048}, {"threads": 2, "ctx-size": 2048}, {"threads": 1, "ctx-size": 3072}, {"threads": 1, "ctx-size": 4096}]
+    raw["enqueue"] = [
+        {"threads": 1, "ctx-size": 2048},
+        {"threads": 2, "ctx-size": 2048},
+        {"threads": 1, "ctx-size": 3072},
+        {"threads": 1, "ctx-size": 4096},
+    ]
     raw["budget"] = {"trials": 4}
     (tmp_path / "mixed.yaml").write_text(yaml.safe_dump(raw))
     run = subprocess.run(
         [sys.executable, "-m", "tuner", "run", "--space", "mixed.yaml", "--study", "mixed"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     study = optuna.load_study(study_name="mixed", storage=f"sqlite:///{tmp_path / 'runs' / 'mixed' / 'study.db'}")
     first, large, beside, last = study.get_trials()
-    assert [t.state for t in (first, large, beside, last)] == [TrialState.COMPLETE] * 4, [t.user_attrs.get("error") for t in study.trials]
+    assert [t.state for t in (first, large, beside, last)] == [TrialState.COMPLETE] * 4, [
+        t.user_attrs.get("error") for t in study.trials
+    ]
     assert (first.user_attrs["partition"], large.user_attrs["partition"], beside.user_attrs["partition"]) == ([0], [0, 1], [1])
     assert launched(beside) < first.datetime_complete  # side by side: core 1 did not wait for trial 0
     assert launched(large) >= max(first.datetime_complete, beside.datetime_complete)  # both cores, once both were free
@@ -306,7 +334,9 @@ def test_recovery_keeps_what_an_interrupted_trial_left_on_its_node(tmp_path: Pat
     assert fail_interrupted(study, run_dir, left) == ["trial 0 was interrupted: recorded as FAIL, params re-queued"]
     assert (run_dir.trial(0) / "server.log").read_text() == "night: llama_server: model loaded\n"
     frozen = study.trials[0]
-    assert frozen.state == TrialState.FAIL and [m.filename for m in get_all_artifact_meta(frozen, storage=study._storage)] == ["server.log"]
+    assert frozen.state == TrialState.FAIL and [m.filename for m in get_all_artifact_meta(frozen, storage=study._storage)] == [
+        "server.log"
+    ]
 
     import os
     import signal
@@ -319,9 +349,21 @@ def test_recovery_keeps_what_an_interrupted_trial_left_on_its_node(tmp_path: Pat
     from tuner.partitions import free_port
 
     port = free_port("127.0.0.1", worker_port(34900), 400)
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")), f"sqlite:///{db}", "--host", "127.0.0.1",
-                             "--port", str(port), "--artifact-dir", str(run_dir.artifacts)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("optuna-dashboard")),
+            f"sqlite:///{db}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--artifact-dir",
+            str(run_dir.artifacts),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 30
         while True:
@@ -348,16 +390,18 @@ class _Timed:
     def __init__(self, max_parallel: int, seconds: float) -> None:
         self.max_parallel, self.seconds = max_parallel, seconds
 
-    def submit(self, space, params, trial_dir, partition, ledger=None):  # noqa: ANN001, ANN201
+    def submit(self, space, params, trial_dir, partition, ledger=None):
         import threading
         from concurrent.futures import Future
 
         future: Future = Future()
-        failed = StartupFailed("no engine here", evidence=Evidence(argv=("engine",), elapsed_s=self.seconds, signature="scripted"))
+        failed = StartupFailed(
+            "no engine here", evidence=Evidence(argv=("engine",), elapsed_s=self.seconds, signature="scripted")
+        )
         threading.Timer(self.seconds, future.set_exception, args=(failed,)).start()
         return future
 
-    def cancel(self, future, *, force: bool) -> None:  # noqa: ANN001
+    def cancel(self, future, *, force: bool) -> None:
         pass
 
     def shutdown(self) -> None:
@@ -372,14 +416,19 @@ def test_on_eight_gpus_a_tp8_trial_is_passed_at_most_once(tmp_path: Path) -> Non
 
     raw = tiny_space(name="eight")
     sizes = [4, 8, 4, 4, 4, 8, 4, 4, 8, 4]
-    raw["parameters"] = {"tp": {"type": "categorical", "choices": [4, 8]}, "ctx-size": {"type": "categorical", "choices": [1024 * (i + 1) for i in range(len(sizes))]}}
+    raw["parameters"] = {
+        "tp": {"type": "categorical", "choices": [4, 8]},
+        "ctx-size": {"type": "categorical", "choices": [1024 * (i + 1) for i in range(len(sizes))]},
+    }
     raw["enqueue"] = [{"tp": s, "ctx-size": 1024 * (i + 1)} for i, s in enumerate(sizes)]
     raw["hardware"] = {"kind": "gpu", "devices": list(range(8)), "per_trial": "tp"}
     raw["budget"] = {"trials": len(sizes)}
     space = validate(raw, "eight.yaml")
     objective = objectives.load(space.objectives)
     study = open_study(space, objective, name="eight", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="eight.yaml")
-    summary = Driver(space, study, objective, RunDir(tmp_path / "eight"), _Timed(max_parallel=2, seconds=1.0), trials=len(sizes)).run()
+    summary = Driver(
+        space, study, objective, RunDir(tmp_path / "eight"), _Timed(max_parallel=2, seconds=1.0), trials=len(sizes)
+    ).run()
     trials = study.get_trials()
     assert summary.launched == len(sizes) and [len(t.user_attrs["partition"]) for t in trials] == sizes
     for t in trials:
@@ -388,7 +437,7 @@ def test_on_eight_gpus_a_tp8_trial_is_passed_at_most_once(tmp_path: Path) -> Non
             assert len(passed) <= 1, (t.number, passed)
     for gpu in range(8):
         spans = sorted((launched(t), t.datetime_complete) for t in trials if gpu in t.user_attrs["partition"])
-        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:])), gpu
+        assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(spans)), gpu
     assert launched(trials[2]) < trials[0].datetime_complete  # the free half did not idle while trial 1 waited
 
 

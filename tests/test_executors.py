@@ -17,7 +17,9 @@ from tests.conftest import group_members, tiny_space
 pytestmark = pytest.mark.integration
 
 
-def test_a_local_run_is_local_whatever_ray_current_cluster_or_ray_address_say(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+def test_a_local_run_is_local_whatever_ray_current_cluster_or_ray_address_say(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
     """A `ray start --head` killed instead of stopped leaves /tmp/ray/ray_current_cluster naming it;
     every local `tune run` then died ("When connecting to an existing cluster, num_cpus and num_gpus
     must not be provided"). Without --ray-address the tool starts its own cluster, ignoring the
@@ -37,12 +39,21 @@ def test_a_local_run_is_local_whatever_ray_current_cluster_or_ray_address_say(tm
         for extra in ({}, {"RAY_ADDRESS": "127.0.0.1:9"}):
             out = subprocess.run(
                 [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", f"local{len(extra)}", "--no-remeasure"],
-                capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **extra, "PYTHONPATH": str(Path(__file__).parents[1])},
+                capture_output=True,
+                text=True,
+                cwd=tmp_path,
+                timeout=300,
+                env={
+                    **{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+                    **extra,
+                    "PYTHONPATH": str(Path(__file__).parents[1]),
+                },
             )
             assert out.returncode == 0, extra | {"out": out.stdout[-2000:] + out.stderr[-2000:]}
             assert "COMPLETE" in out.stdout
-            assert "Token authentication" not in out.stdout + out.stderr  # Ray's notice about the tool's own cluster: only with -v
+            assert (
+                "Token authentication" not in out.stdout + out.stderr
+            )  # Ray's notice about the tool's own cluster: only with -v
     finally:
         if saved is None:
             current.unlink(missing_ok=True)
@@ -82,7 +93,9 @@ def _two_partitions(name: str) -> dict:
     return raw
 
 
-def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(cluster, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(
+    cluster, tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
     from tuner import objectives
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
@@ -136,7 +149,9 @@ def test_a_new_executor_stops_orphans_on_every_node(cluster, tmp_path: Path) -> 
         return proc.pid
 
     try:
-        pid = ray.get(leave_a_server.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[1], soft=False)).remote("crashed"))
+        pid = ray.get(
+            leave_a_server.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[1], soft=False)).remote("crashed")
+        )
     finally:
         ray.shutdown()
     time.sleep(2)  # the job's worker is gone by now
@@ -167,7 +182,11 @@ def test_tune_run_on_the_cluster_from_the_command_line(cluster, tmp_path: Path, 
     space.write_text(yaml.safe_dump(raw))
     out = subprocess.run(
         [sys.executable, "-m", "tuner", "run", "--space", str(space), "--ray-address", address, "--no-remeasure"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "warning: --ray-address with SQLite storage" in out.stdout
@@ -196,17 +215,34 @@ def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_in
     space = tmp_path / "crash-node.yaml"
     space.write_text(yaml.safe_dump(raw))
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
-    argv = [sys.executable, "-m", "tuner", "run", "--space", str(space), "--ray-address", address, "--storage", storage,
-            "--artifacts", str(tmp_path / "artifacts"), "--no-remeasure"]
+    argv = [
+        sys.executable,
+        "-m",
+        "tuner",
+        "run",
+        "--space",
+        str(space),
+        "--ray-address",
+        address,
+        "--storage",
+        storage,
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+        "--no-remeasure",
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
-    first = subprocess.Popen(argv, cwd=tmp_path / "a", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first = subprocess.Popen(
+        argv, cwd=tmp_path / "a", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                running = optuna.load_study(study_name="crash-node", storage=storage).get_trials(states=(optuna.trial.TrialState.RUNNING,))
+                running = optuna.load_study(study_name="crash-node", storage=storage).get_trials(
+                    states=(optuna.trial.TrialState.RUNNING,)
+                )
             except KeyError:
                 running = []
             if sum("partition" in t.user_attrs for t in running) == 2:

@@ -8,16 +8,15 @@ from pathlib import Path
 
 import optuna
 import pytest
-
-from tuner.executors import InlineExecutor
 from optuna.trial import TrialState
 
 from tests.conftest import copy_study
 from tuner import objectives
+from tuner.executors import InlineExecutor
 from tuner.export import build_export
+from tuner.noise import kept
 from tuner.pick import hypervolume_2d, pick
 from tuner.table import trials_frame
-from tuner.noise import kept
 from tuner.validate import revalidate
 
 pytestmark = pytest.mark.integration
@@ -31,7 +30,7 @@ def test_real_study_shape(real_study) -> None:
 
 def test_study_is_plain_optuna(real_study) -> None:
     """optuna-dashboard reads the same file: values, constraints and user attrs are Optuna's own."""
-    study, run_dir, _ = real_study
+    _, run_dir, _ = real_study
     again = optuna.load_study(study_name="real", storage=f"sqlite:///{run_dir.root / 'study.db'}")
     done = [t for t in again.get_trials() if t.state == TrialState.COMPLETE]
     assert all(len(t.values) == 2 for t in done)
@@ -61,15 +60,23 @@ def test_export_formats_replay_what_ran(real_study) -> None:
     cap = space.server.memory_cap
     assert argv[:3] == ["prlimit", f"--as={cap}", "--"] and "taskset" in original
     port = original.index("--port") + 1
-    assert argv[3:] == original[:port] + ["8080"] + original[port + 1 :]
+    assert argv[3:] == [*original[:port], "8080", *original[port + 1 :]]
     unit = exported.render("systemd")
-    for needle in ("ExecStart=taskset", f"LimitAS={cap}", "Restart=on-failure", "KillMode=control-group", "TimeoutStopSec=",
-                   "recall.effective_context: 2,048.0", "--ctx-size 4096", "engine: llamacpp llama-cpp-python=="):
+    for needle in (
+        "ExecStart=taskset",
+        f"LimitAS={cap}",
+        "Restart=on-failure",
+        "KillMode=control-group",
+        "TimeoutStopSec=",
+        "recall.effective_context: 2,048.0",
+        "--ctx-size 4096",
+        "engine: llamacpp llama-cpp-python==",
+    ):
         assert needle in unit
     assert "queue is unbounded" in unit and "never re-validated" in unit
     data = json.loads(exported.render("json"))
     assert data["params"] == {"ctx-size": 4096, "parallel": 1} and data["trial"] == chosen.number
-    assert data["memory_cap"] == cap and data["argv"] == original[:port] + ["8080"] + original[port + 1 :]
+    assert data["memory_cap"] == cap and data["argv"] == [*original[:port], "8080", *original[port + 1 :]]
 
 
 def test_export_never_writes_a_secret(real_study, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,7 +114,9 @@ def test_revalidation_is_stored_and_used_by_the_pick(real_study, tmp_path: Path)
     assert stored["values"] == list(results[0].mean) and len(stored["runs"]) == 3  # its own run first
     chosen = pick(study, f"trial:{results[0].trial}")
     # one number in both: a disturbed run (the study's own, taken beside other tests) is left out of each
-    assert chosen.revalidated and chosen.values == pytest.approx(results[0].mean) and chosen.runs == len(kept(results[0].all_runs))
+    assert (
+        chosen.revalidated and chosen.values == pytest.approx(results[0].mean) and chosen.runs == len(kept(results[0].all_runs))
+    )
     assert chosen.half_widths[0] > 0 and chosen.half_widths[1] == 0  # throughput is noisy, recalled context is not
     noise = study.user_attrs["noise"]  # the reference (first enqueued config) ran too: the floor
     assert noise["reference"] == space.enqueue[0] and len(noise["runs"]) == 3 and noise["labels"][0] == "trial"

@@ -71,7 +71,7 @@ def test_a_recycled_pid_is_never_touched(tmp_path: Path) -> None:
         other.wait()
 
 
-def test_a_trials_entries_are_found_from_a_relative_path(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_trials_entries_are_found_from_a_relative_path(tmp_path: Path, monkeypatch) -> None:
     """Workers record absolute trial dirs; the driver sweeps with runs/<study>/trials/<n>."""
     monkeypatch.chdir(tmp_path)
     ledger = Ledger(Path("runs/s/servers"))

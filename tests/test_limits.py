@@ -48,15 +48,32 @@ def test_sglang_configured_limits_from_flags() -> None:
 
 def test_cli_what_if_prints_the_four_numbers() -> None:
     out = tune(
-        "limits", "--kv-tokens", "2454784", "--max-running-requests", "256", "--cuda-graph-max-bs", "32",
-        "--contexts", "524288,131072,32768,8192", "--json",
+        "limits",
+        "--kv-tokens",
+        "2454784",
+        "--max-running-requests",
+        "256",
+        "--cuda-graph-max-bs",
+        "32",
+        "--contexts",
+        "524288,131072,32768,8192",
+        "--json",
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert [r["concurrent"] for r in data["contexts"]] == [4, 18, 74, 256]
     assert data["queue_unbounded"] is True
-    text = tune("limits", "--kv-tokens", "2454784", "--max-running-requests", "256", "--cuda-graph-max-bs", "32",
-                "--contexts", "524288,131072,32768,8192").stdout
+    text = tune(
+        "limits",
+        "--kv-tokens",
+        "2454784",
+        "--max-running-requests",
+        "256",
+        "--cuda-graph-max-bs",
+        "32",
+        "--contexts",
+        "524288,131072,32768,8192",
+    ).stdout
     assert "only <= 32 running requests use CUDA graphs" in text
 
 

@@ -47,7 +47,15 @@ def test_a_second_run_is_refused_naming_the_holder_and_a_killed_holder_frees_it(
 
 def _foreign(**extra: object) -> dict:
     """A lease as another machine's driver writes it (its pid means nothing here)."""
-    return {"pid": 7, "host": "node-b", "since": time.time(), "beat": time.time(), "machine": "other-boot/pid:[1]", "token": "t-b", **extra}
+    return {
+        "pid": 7,
+        "host": "node-b",
+        "since": time.time(),
+        "beat": time.time(),
+        "machine": "other-boot/pid:[1]",
+        "token": "t-b",
+        **extra,
+    }
 
 
 def test_a_lease_of_another_machine_refuses_until_it_goes_stale_and_says_when(tmp_path: Path) -> None:
@@ -55,8 +63,11 @@ def test_a_lease_of_another_machine_refuses_until_it_goes_stale_and_says_when(tm
     write_lease(study, _foreign(beat=time.time() - 20))
     with StudyLock(tmp_path / "a.lock", "s", settle=0.01) as lock, pytest.raises(StudyLocked) as refused:
         lock.lease(study)
-    assert re.fullmatch(r"study 's' is being run by pid 7 on node-b since .* \(heartbeat in the study storage 20s ago; "
-                        r"if that run is dead its lease expires in 40s\)", str(refused.value)), refused.value
+    assert re.fullmatch(
+        r"study 's' is being run by pid 7 on node-b since .* \(heartbeat in the study storage 20s ago; "
+        r"if that run is dead its lease expires in 40s\)",
+        str(refused.value),
+    ), refused.value
     write_lease(study, _foreign(beat=time.time() - 120))
     with StudyLock(tmp_path / "b.lock", "s", heartbeat=0.05, settle=0.01) as lock:
         lock.lease(study)
@@ -86,7 +97,9 @@ def test_a_live_holder_in_another_folder_is_refused_and_a_killed_one_taken_over_
     The holder's pid is checked, so its kill -9 frees the study without waiting for staleness."""
     storage = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="s", storage=storage)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LEASE, str(tmp_path / "a" / "run.lock"), storage], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LEASE, str(tmp_path / "a" / "run.lock"), storage], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with StudyLock(tmp_path / "b" / "run.lock", "s", settle=0.01) as lock, pytest.raises(StudyLocked) as refused:
@@ -134,7 +147,9 @@ def _lease(study: optuna.Study) -> dict | None:
 
 
 @pytest.mark.integration
-def test_a_study_on_postgresql_is_shared_by_two_drivers_and_locked_across_machines(postgres: str, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+def test_a_study_on_postgresql_is_shared_by_two_drivers_and_locked_across_machines(
+    postgres: str, tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
     """Two drivers (two machines: each its own runs/ and lock file) on one study in a real
     PostgreSQL: while one runs, the other is refused by the lease in the storage, naming it;
     afterwards the second sees the first's trial and the budget counts it."""
@@ -170,10 +185,16 @@ def test_a_study_on_postgresql_is_shared_by_two_drivers_and_locked_across_machin
     with lock_b:
         study_b = open_study(space, objective, name="shared", storage=postgres, source="shared.yaml")
         lock_b.lease(study_b)
-        assert [t.state.name for t in study_b.get_trials()] == ["COMPLETE", "WAITING"]  # node-a's trial and the queue, seen from node-b
+        assert [t.state.name for t in study_b.get_trials()] == [
+            "COMPLETE",
+            "WAITING",
+        ]  # node-a's trial and the queue, seen from node-b
         Driver(space, study_b, objective, dir_b, InlineExecutor(), trials=2).run()
     trials = optuna.load_study(study_name="shared", storage=postgres).get_trials()
-    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"] and [t.params for t in trials] == [{"parallel": 1}, {"parallel": 2}]
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"] and [t.params for t in trials] == [
+        {"parallel": 1},
+        {"parallel": 2},
+    ]
     assert (dir_a.trial(0) / "outcome.json").is_file() and (dir_b.trial(1) / "outcome.json").is_file()
 
 
@@ -209,15 +230,31 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
     raw["budget"] = {"trials": 2}
     space = tmp_path / "two-drivers.yaml"
     space.write_text(yaml.safe_dump(raw))
-    argv = [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", study_name, "--storage", storage, "--no-remeasure"]
+    argv = [
+        sys.executable,
+        "-m",
+        "tuner",
+        "run",
+        "--space",
+        str(space),
+        "--study",
+        study_name,
+        "--storage",
+        storage,
+        "--no-remeasure",
+    ]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    first = subprocess.Popen(argv, cwd=tmp_path / "a", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    first = subprocess.Popen(
+        argv, cwd=tmp_path / "a", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                running = optuna.load_study(study_name=study_name, storage=storage).get_trials(states=(optuna.trial.TrialState.RUNNING,))
+                running = optuna.load_study(study_name=study_name, storage=storage).get_trials(
+                    states=(optuna.trial.TrialState.RUNNING,)
+                )
             except KeyError:  # not created yet
                 running = []
             if any("partition" in t.user_attrs for t in running):

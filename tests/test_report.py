@@ -31,7 +31,14 @@ def test_front_and_plots(real_study, tmp_path: Path) -> None:
 def test_report_markdown(real_study) -> None:
     study, _, space = real_study
     md = build_report(study, space).markdown
-    for needle in ("## Trials by state", "| COMPLETE | 2 |", "| PRUNED | 1 |", "### kv_cache_oom: 1 trial(s)", "failed to allocate buffer for kv cache", "## Chosen config"):
+    for needle in (
+        "## Trials by state",
+        "| COMPLETE | 2 |",
+        "| PRUNED | 1 |",
+        "### kv_cache_oom: 1 trial(s)",
+        "failed to allocate buffer for kv cache",
+        "## Chosen config",
+    ):
         assert needle in md
 
 
@@ -41,15 +48,37 @@ def test_report_renders_in_headless_chromium(real_study, tmp_path: Path) -> None
     page = tmp_path / "report.html"
     page.write_text(build_report(study, space).html)
     dom = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     ).stdout
     assert 'class="main-svg"' in dom, "plotly did not draw the front"
     assert "scatterlayer" in dom and "tuner report: real" in dom
-    for element in ("Trials", "Timeline", "Throughput vs concurrency", "Parameter importance", "Failures by signature",
-                    "Re-validation on fresh servers", "Noise", "Chosen config"):
+    for element in (
+        "Trials",
+        "Timeline",
+        "Throughput vs concurrency",
+        "Parameter importance",
+        "Failures by signature",
+        "Re-validation on fresh servers",
+        "Noise",
+        "Chosen config",
+    ):
         assert f"{element}" in dom, element
     for plot in ('id="front"', 'id="timeline"', 'id="concurrency"'):
         assert plot in dom, plot

@@ -25,7 +25,10 @@ pytestmark = pytest.mark.integration
 def _space(tmp_path: Path, trials: int) -> Path:
     raw = tiny_space()
     raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
-    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [2048, 4096]}, "parallel": {"type": "int", "low": 1, "high": 2}}
+    raw["parameters"] = {
+        "ctx-size": {"type": "categorical", "choices": [2048, 4096]},
+        "parallel": {"type": "int", "low": 1, "high": 2},
+    }
     raw["probes"]["load"].update(requests=6, output_tokens=64)
     raw["budget"] = {"trials": trials}
     path = tmp_path / "two.yaml"
@@ -39,7 +42,11 @@ def _start(tmp_path: Path, space: Path, study: str, *, sigint_ignored: bool = Fa
 
     return subprocess.Popen(
         [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", study],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
         preexec_fn=ignore_sigint if sigint_ignored else None,
     )
 
@@ -71,7 +78,10 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path, llama_server: Path) -> No
 
     second = subprocess.run(
         [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", "crash"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert second.returncode == 0, second.stdout + second.stderr
     assert "was interrupted: recorded as FAIL, params re-queued" in second.stdout
@@ -131,7 +141,10 @@ def test_stop_with_sigint_inherited_as_ignored_and_a_second_run_refused(tmp_path
 
     second = subprocess.run(
         [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", "bg"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     lines = second.stderr.strip().splitlines()
     assert second.returncode == 1 and len(lines) == 1, second.stderr

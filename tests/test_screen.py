@@ -13,21 +13,29 @@ from tests.conftest import FIXTURES
 from tuner.screen import screen_for
 from tuner.trials import TrialRecord, read_trials
 
-D = {"ctx-size": CategoricalDistribution([2048, 8192, 16384, 32768, 65536]), "cache-type-k": CategoricalDistribution(["f16", "q8_0", "q4_0"]), "cache-type-v": CategoricalDistribution(["f16", "q8_0", "q4_0"])}
+D = {
+    "ctx-size": CategoricalDistribution([2048, 8192, 16384, 32768, 65536]),
+    "cache-type-k": CategoricalDistribution(["f16", "q8_0", "q4_0"]),
+    "cache-type-v": CategoricalDistribution(["f16", "q8_0", "q4_0"]),
+}
 
 
 def _trial(params: dict, started: bool) -> TrialRecord:
     if started:
         return TrialRecord.of(create_trial(params=params, distributions=D, values=[1.0, 1.0]))
-    return TrialRecord.of(create_trial(params=params, distributions=D, state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"}))
+    return TrialRecord.of(
+        create_trial(params=params, distributions=D, state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"})
+    )
 
 
 def test_llamacpp_needs_at_least_a_failure_fails() -> None:
     screen = screen_for("llamacpp")
-    screen.fit([
-        _trial({"ctx-size": 65536, "cache-type-k": "f16", "cache-type-v": "f16"}, started=False),
-        _trial({"ctx-size": 8192, "cache-type-k": "f16", "cache-type-v": "f16"}, started=True),
-    ])
+    screen.fit(
+        [
+            _trial({"ctx-size": 65536, "cache-type-k": "f16", "cache-type-v": "f16"}, started=False),
+            _trial({"ctx-size": 8192, "cache-type-k": "f16", "cache-type-v": "f16"}, started=True),
+        ]
+    )
     same = screen.predict({"ctx-size": 65536, "cache-type-k": "f16", "cache-type-v": "f16"})
     assert same is not None and same.signature == "kv_cache_oom" and same.numbers["from_trial"] == 0
     # a quantized cache needs less: between a success and the failure -> launch, never a guess
@@ -43,12 +51,19 @@ def test_llamacpp_tied_v_type_is_seen(tmp_path) -> None:
     from tuner.space import validate
 
     raw = tiny_space()
-    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [8192, 65536]}, "cache-type-k": {"type": "categorical", "choices": ["f16", "q4_0"]}}
+    raw["parameters"] = {
+        "ctx-size": {"type": "categorical", "choices": [8192, 65536]},
+        "cache-type-k": {"type": "categorical", "choices": ["f16", "q4_0"]},
+    }
     raw["tied"] = {"cache-type-v": "cache-type-k"}
     space = validate(raw, "t.yaml")
     screen = screen_for("llamacpp")
-    failed = create_trial(params={"ctx-size": 65536, "cache-type-k": "f16"}, distributions={k: D[k] for k in ("ctx-size", "cache-type-k")},
-                          state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"})
+    failed = create_trial(
+        params={"ctx-size": 65536, "cache-type-k": "f16"},
+        distributions={k: D[k] for k in ("ctx-size", "cache-type-k")},
+        state=TrialState.PRUNED,
+        user_attrs={"signature": "kv_cache_oom"},
+    )
     screen.fit([TrialRecord.of(failed)], space.values)
     assert screen.predict(space.values({"ctx-size": 65536, "cache-type-k": "q4_0"})) is None
     assert screen.predict(space.values({"ctx-size": 65536, "cache-type-k": "f16"})).signature == "kv_cache_oom"
@@ -68,13 +83,29 @@ V = {
 }
 
 
-def _vllm(util: float, length: int, seqs: int, dtype: str, *, kv: int | None = None, failed: str | None = None,
-          details: dict | None = None) -> TrialRecord:
+def _vllm(
+    util: float,
+    length: int,
+    seqs: int,
+    dtype: str,
+    *,
+    kv: int | None = None,
+    failed: str | None = None,
+    details: dict | None = None,
+) -> TrialRecord:
     params = {"gpu-memory-utilization": util, "max-model-len": length, "max-num-seqs": seqs, "kv-cache-dtype": dtype}
     if failed is None:
-        return TrialRecord.of(create_trial(params=params, distributions=V, values=[1.0, 1.0], user_attrs={"capacity": {"kv_tokens": kv}}))
-    return TrialRecord.of(create_trial(params=params, distributions=V, state=TrialState.PRUNED,
-                                       user_attrs={"signature": failed, "evidence": {"details": details or {}}}))
+        return TrialRecord.of(
+            create_trial(params=params, distributions=V, values=[1.0, 1.0], user_attrs={"capacity": {"kv_tokens": kv}})
+        )
+    return TrialRecord.of(
+        create_trial(
+            params=params,
+            distributions=V,
+            state=TrialState.PRUNED,
+            user_attrs={"signature": failed, "evidence": {"details": details or {}}},
+        )
+    )
 
 
 def test_the_new_users_vllm_space_skips_none_of_the_five_configs_that_would_have_started() -> None:
@@ -83,7 +114,13 @@ def test_the_new_users_vllm_space_skips_none_of_the_five_configs_that_would_have
     to eleven times their memory. Nothing failed, so nothing may be skipped; with a real failure
     at a smaller utilization, still none of them (they have more memory than it)."""
     started = [_vllm(0.0153, 12288, 128, "fp8", kv=144_336), _vllm(0.0202, 16384, 256, "auto", kv=99_056)]
-    five = [(0.039, 24576, 320, "auto"), (0.086, 8192, 64, "auto"), (0.113, 16384, 200, "fp8"), (0.209, 20480, 300, "auto"), (0.222, 3072, 16, "auto")]
+    five = [
+        (0.039, 24576, 320, "auto"),
+        (0.086, 8192, 64, "auto"),
+        (0.113, 16384, 200, "fp8"),
+        (0.209, 20480, 300, "auto"),
+        (0.222, 3072, 16, "auto"),
+    ]
     screen = screen_for("vllm")
     for history in (started, [*started, _vllm(0.0105, 16384, 256, "auto", failed="no_kv_cache_memory")]):
         screen.fit(history)
@@ -91,21 +128,35 @@ def test_the_new_users_vllm_space_skips_none_of_the_five_configs_that_would_have
             values = {"gpu-memory-utilization": util, "max-model-len": length, "max-num-seqs": seqs, "kv-cache-dtype": dtype}
             assert screen.predict(values) is None, values
     # the failure does decide for a config with no more memory and at least its needs (the one-sided case)
-    skipped = screen.predict({"gpu-memory-utilization": 0.01, "max-model-len": 24576, "max-num-seqs": 256, "kv-cache-dtype": "auto"})
+    skipped = screen.predict(
+        {"gpu-memory-utilization": 0.01, "max-model-len": 24576, "max-num-seqs": 256, "kv-cache-dtype": "auto"}
+    )
     assert skipped is not None and skipped.signature == "no_kv_cache_memory" and skipped.numbers["from_trial"] == 2
     # ... but not for fp8 at the same memory (it needs less) nor fewer sequences
-    assert screen.predict({"gpu-memory-utilization": 0.01, "max-model-len": 24576, "max-num-seqs": 256, "kv-cache-dtype": "fp8"}) is None
-    assert screen.predict({"gpu-memory-utilization": 0.01, "max-model-len": 24576, "max-num-seqs": 128, "kv-cache-dtype": "auto"}) is None
+    assert (
+        screen.predict({"gpu-memory-utilization": 0.01, "max-model-len": 24576, "max-num-seqs": 256, "kv-cache-dtype": "fp8"})
+        is None
+    )
+    assert (
+        screen.predict({"gpu-memory-utilization": 0.01, "max-model-len": 24576, "max-num-seqs": 128, "kv-cache-dtype": "auto"})
+        is None
+    )
 
 
 def test_a_failure_that_a_later_start_contradicts_is_no_evidence() -> None:
     flaky = _vllm(0.02, 8192, 256, "auto", failed="no_kv_cache_memory")
     screen = screen_for("vllm")
     screen.fit([flaky])
-    assert screen.predict({"gpu-memory-utilization": 0.019, "max-model-len": 8192, "max-num-seqs": 256, "kv-cache-dtype": "auto"}) is not None
+    assert (
+        screen.predict({"gpu-memory-utilization": 0.019, "max-model-len": 8192, "max-num-seqs": 256, "kv-cache-dtype": "auto"})
+        is not None
+    )
     screen.fit([flaky, _vllm(0.015, 8192, 256, "auto", kv=40_000)])  # less memory, same needs: started
     assert screen.contradicted() == {0: 1}
-    assert screen.predict({"gpu-memory-utilization": 0.019, "max-model-len": 8192, "max-num-seqs": 256, "kv-cache-dtype": "auto"}) is None
+    assert (
+        screen.predict({"gpu-memory-utilization": 0.019, "max-model-len": 8192, "max-num-seqs": 256, "kv-cache-dtype": "auto"})
+        is None
+    )
 
 
 def test_a_contradicted_skip_is_proposed_again_once(tmp_path: Path) -> None:
@@ -123,9 +174,19 @@ def test_a_contradicted_skip_is_proposed_again_once(tmp_path: Path) -> None:
     objective = objectives.load(space.objectives)
     study = open_study(space, objective, name="c", storage="sqlite:///" + str(tmp_path / "c.db"), source="t.yaml")
     d = {"ctx-size": CategoricalDistribution([8192, 65536])}
-    study.add_trial(create_trial(params={"ctx-size": 65536}, distributions=d, state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"}))
-    study.add_trial(create_trial(params={"ctx-size": 65536}, distributions=d, state=TrialState.PRUNED,
-                                 user_attrs={"screened": "kv_cache_oom", "evidence": {"details": {"from_trial": 0}}}))
+    study.add_trial(
+        create_trial(
+            params={"ctx-size": 65536}, distributions=d, state=TrialState.PRUNED, user_attrs={"signature": "kv_cache_oom"}
+        )
+    )
+    study.add_trial(
+        create_trial(
+            params={"ctx-size": 65536},
+            distributions=d,
+            state=TrialState.PRUNED,
+            user_attrs={"screened": "kv_cache_oom", "evidence": {"details": {"from_trial": 0}}},
+        )
+    )
     driver = Driver(space, study, objective, RunDir(tmp_path / "c"), executor=None, trials=5, screen=screen_for("llamacpp"))  # type: ignore[arg-type]
     driver._requeue_contradicted()
     assert not study.get_trials(states=(TrialState.WAITING,)), "re-queued with nothing contradicting the failure"
@@ -138,7 +199,11 @@ def test_a_contradicted_skip_is_proposed_again_once(tmp_path: Path) -> None:
 
     lines = screen_lines(study, space)  # what tune status (and the report) shows
     assert lines[0] == "pre-screen:" and lines[1].startswith("  trial 1 not launched, predicted kv_cache_oom (evidence: trial 0)")
-    assert lines[2] == "  CONTRADICTED: trial 0's failure, by trial 2 (no more memory, started); skipped on its word: 1; re-proposed: 1 as trial 3"
+    assert (
+        lines[2]
+        == "  CONTRADICTED: trial 0's failure, by trial 2 (no more memory, started); skipped on its word: 1; re-proposed: 1 as "
+        "trial 3"
+    )
 
 
 def _real(name: str, tmp_path: Path) -> optuna.Study:

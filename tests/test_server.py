@@ -100,8 +100,14 @@ def test_hung_server_is_killed_at_its_timeout(tmp_path: Path) -> None:
     port = free_port("127.0.0.1", worker_port(32300), 100)
     cmd = Command((sys.executable, str(FAULT), "--port", str(port)))
     server = ServerProcess(
-        cmd, adapter=adapter, log_path=tmp_path / "hang.log", host="127.0.0.1", port=port, model="x",
-        startup_timeout=2.0, term_timeout=1.0,
+        cmd,
+        adapter=adapter,
+        log_path=tmp_path / "hang.log",
+        host="127.0.0.1",
+        port=port,
+        model="x",
+        startup_timeout=2.0,
+        term_timeout=1.0,
     )
     began = time.monotonic()
     with server, pytest.raises(StartupTimeout) as info:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import time
-from pathlib import Path
 from datetime import datetime
+from pathlib import Path
 
 import optuna
 import pytest
@@ -47,7 +48,7 @@ def test_on_the_x2_night_no_gpu_ran_two_trials_at_once(tmp_path: Path) -> None:
     ran = [t for t in study.get_trials(deepcopy=False) if launched(t) is not None]
     for gpu in (0, 1):
         spans = sorted((launched(t), t.datetime_complete) for t in ran if gpu in t.user_attrs["partition"])
-        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
+        assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(spans))
     first, large = ran[0], ran[1]
     assert large.user_attrs["partition"] == [0, 1] and launched(large) >= first.datetime_complete
     assert (launched(large) - large.datetime_start).total_seconds() > 120

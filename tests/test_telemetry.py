@@ -21,11 +21,20 @@ def _two_gpus(start: float, seconds: float, *, counter: bool = True) -> list[Sam
     for i in range(int(seconds * 10) + 1):
         t = start + i / 10
         for device, watts in ((0, 400.0), (1, 450.0)):
-            samples.append(Sample(
-                t=t, device=device, power_w=watts, energy_j=(1000.0 + watts * (t - start)) if counter else None,
-                sm_util=90.0, mem_bw_util=60.0, mem_used_mib=120_000.0 + device, temp_c=60.0 + device,
-                sm_clock_mhz=1980.0 - 10 * device, throttled=(i % 4 == 0),
-            ))
+            samples.append(
+                Sample(
+                    t=t,
+                    device=device,
+                    power_w=watts,
+                    energy_j=(1000.0 + watts * (t - start)) if counter else None,
+                    sm_util=90.0,
+                    mem_bw_util=60.0,
+                    mem_used_mib=120_000.0 + device,
+                    temp_c=60.0 + device,
+                    sm_clock_mhz=1980.0 - 10 * device,
+                    throttled=(i % 4 == 0),
+                )
+            )
     return samples
 
 
@@ -36,7 +45,13 @@ def test_a_windows_power_energy_and_tokens_per_joule() -> None:
     assert m["energy_j"] == pytest.approx(8500.0)  # the counters' delta over the 10 s window
     assert m["tokens_per_joule"] == pytest.approx(10.0)
     assert m["watts_per_request"] == pytest.approx(850.0 / 128)
-    assert (m["sm_util"], m["mem_bw_util"], m["mem_used_mib_max"], m["temp_c_max"], m["sm_clock_mhz_min"]) == (90.0, 60.0, 120_001.0, 61.0, 1970.0)
+    assert (m["sm_util"], m["mem_bw_util"], m["mem_used_mib_max"], m["temp_c_max"], m["sm_clock_mhz_min"]) == (
+        90.0,
+        60.0,
+        120_001.0,
+        61.0,
+        1970.0,
+    )
     assert m["samples"] == 100 and m["throttled"] == pytest.approx(0.25)
 
 
@@ -51,7 +66,10 @@ def test_no_samples_in_a_window_gives_no_numbers() -> None:
 
 def test_levels_are_named_and_the_target_level_is_the_headline() -> None:
     samples = _two_gpus(0.0, 30.0)
-    levels = {"32": {"window_at": [1.0, 11.0], "output_tokens": 34_000}, "128": {"window_at": [15.0, 25.0], "output_tokens": 85_000}}
+    levels = {
+        "32": {"window_at": [1.0, 11.0], "output_tokens": 34_000},
+        "128": {"window_at": [15.0, 25.0], "output_tokens": 85_000},
+    }
     flat, per_level = summarize_levels(samples, levels, target=128)
     assert flat["tokens_per_joule@32"] == pytest.approx(4.0) and flat["tokens_per_joule"] == pytest.approx(10.0)
     assert set(per_level) == {"32", "128"}

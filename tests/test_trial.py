@@ -47,7 +47,9 @@ def _kill_when_probed(ledger: Ledger, log_dir: Path, after_s: float) -> threadin
 
 
 @pytest.mark.parametrize("after_s", [0.0, 1.0])  # while prompts are calibrated / inside a level's window
-def test_server_killed_mid_probe_is_pruned_with_evidence(tmp_path: Path, llama_server: Path, smollm2: Path, after_s: float) -> None:
+def test_server_killed_mid_probe_is_pruned_with_evidence(
+    tmp_path: Path, llama_server: Path, smollm2: Path, after_s: float
+) -> None:
     raw = tiny_space()
     raw["probes"]["load"].update(duration=3, max_duration=4, output_tokens=64)
     space = validate(raw, "tiny.yaml")
@@ -73,7 +75,7 @@ def test_server_killed_mid_probe_is_pruned_with_evidence(tmp_path: Path, llama_s
     objective = objectives.load(space.objectives)
     study = optuna.create_study(directions=objective.directions)
     trial = study.ask()
-    state, summary, _ = record(study, trial, RunDir(tmp_path), objective, error=info.value)
+    state, _, _ = record(study, trial, RunDir(tmp_path), objective, error=info.value)
     assert state == TrialState.PRUNED
     assert study.trials[0].user_attrs["signature"] == evidence.signature
     assert json.loads((tmp_path / "trials" / "0" / "evidence.json").read_text())["signal"] == "SIGKILL"

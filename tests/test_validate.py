@@ -13,18 +13,22 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 
 from tests.conftest import tiny_space
-
 from tuner.validate import _Item, store_reference
 
 
 def test_the_reference_trial_joins_its_runs_even_when_it_ran_after_the_start_measurement() -> None:
     study = optuna.create_study(directions=["maximize", "maximize"])
-    study.set_user_attr("tuner.objectives", {"objectives": [{"metric": "load.output_tok_s"}, {"metric": "recall.effective_context"}]})
+    study.set_user_attr(
+        "tuner.objectives", {"objectives": [{"metric": "load.output_tok_s"}, {"metric": "recall.effective_context"}]}
+    )
     params = {"ctx-size": 4096}
     store_reference(study, params, _Item("reference", params, values=[(63.8, 1024.0)]), "start")
     assert study.user_attrs["noise"]["labels"] == ["start"]  # the search has not run yet
-    study.add_trial(optuna.trial.create_trial(
-        params=params, distributions={"ctx-size": CategoricalDistribution([4096])}, values=[61.9, 1024.0]))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params=params, distributions={"ctx-size": CategoricalDistribution([4096])}, values=[61.9, 1024.0]
+        )
+    )
     noise = store_reference(study, params, _Item("reference", params, values=[(64.0, 1024.0)]), "end")
     assert noise["labels"] == ["trial", "start", "end"]
     assert [r[0] for r in noise["runs"]] == [61.9, 63.8, 64.0]
@@ -33,7 +37,9 @@ def test_the_reference_trial_joins_its_runs_even_when_it_ran_after_the_start_mea
 
 def test_drift_is_judged_at_the_latest_pause_before_the_end() -> None:
     study = optuna.create_study(directions=["maximize", "maximize"])
-    study.set_user_attr("tuner.objectives", {"objectives": [{"metric": "load.output_tok_s"}, {"metric": "recall.effective_context"}]})
+    study.set_user_attr(
+        "tuner.objectives", {"objectives": [{"metric": "load.output_tok_s"}, {"metric": "recall.effective_context"}]}
+    )
     params = {"ctx-size": 4096}
     for value, when in ((64.0, "start"), (64.4, "start"), (63.6, "start"), (40.0, "after4")):
         noise = store_reference(study, params, _Item("reference", params, values=[(value, 1024.0)]), when)
@@ -53,7 +59,10 @@ def test_the_reference_runs_again_every_k_trials(tmp_path: Path, llama_server: P
     space.write_text(yaml.safe_dump(raw))
     out = subprocess.run(
         [sys.executable, "-m", "tuner", "run", "--space", str(space), "--study", "k", "--executor", "inline"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "reference again after 2 trials" in out.stdout
@@ -90,7 +99,7 @@ def test_a_race_spends_its_launches_only_on_the_tied_configs(tmp_path: Path) -> 
     class Draw:
         max_parallel = 1
 
-        def submit(self, space, params, trial_dir, partition, ledger=None):  # noqa: ANN001, ANN202
+        def submit(self, space, params, trial_dir, partition, ledger=None):
             measured.append(params["ctx-size"])
             future: Future = Future()
             future.set_result(outcome(params["ctx-size"], truth[params["ctx-size"]] * (1 + rng.gauss(0, 0.05))))

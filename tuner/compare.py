@@ -74,9 +74,13 @@ def _verdicts(results: list[Compared], metric: str) -> list[str]:
     for a, b in combinations([r for r in results if r.runs], 2):
         if differs(a.mean[0], a.half_width[0], b.mean[0], b.half_width[0]):
             hi, lo = (a, b) if a.mean[0] > b.mean[0] else (b, a)
-            lines.append(f"{hi.study}'s pick beats {lo.study}'s on {metric} by {hi.mean[0] / lo.mean[0] - 1:+.1%}, beyond the noise")
+            lines.append(
+                f"{hi.study}'s pick beats {lo.study}'s on {metric} by {hi.mean[0] / lo.mean[0] - 1:+.1%}, beyond the noise"
+            )
         else:
             gap = abs(a.mean[0] - b.mean[0])
-            lines.append(f"{a.study}'s and {b.study}'s picks tie on {metric}: they differ by {gap:,.1f}, "
-                         f"inside the combined 95 % noise of {(a.half_width[0] ** 2 + b.half_width[0] ** 2) ** 0.5:,.1f}")
+            lines.append(
+                f"{a.study}'s and {b.study}'s picks tie on {metric}: they differ by {gap:,.1f}, "
+                f"inside the combined 95 % noise of {(a.half_width[0] ** 2 + b.half_width[0] ** 2) ** 0.5:,.1f}"
+            )
     return lines

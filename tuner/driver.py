@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -24,8 +24,8 @@ from tuner.evidence import Evidence
 from tuner.exceptions import InfrastructureError, ScreenedOut, TrialTimeout, TunerError
 from tuner.executors import Executor
 from tuner.ledger import Ledger
-from tuner.partitions import Partition, PartitionPool, trial_size
 from tuner.objectives import Evaluation, ObjectiveSet
+from tuner.partitions import Partition, PartitionPool, trial_size
 from tuner.records import TrialOutcome
 from tuner.screen import Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
@@ -115,7 +115,9 @@ def stop_orphans(ledger: Ledger) -> list[str]:
     ]
 
 
-def fail_interrupted(study: optuna.Study, run_dir: RunDir | None = None, leftovers: dict[int, dict[str, bytes]] | None = None) -> list[str]:
+def fail_interrupted(
+    study: optuna.Study, run_dir: RunDir | None = None, leftovers: dict[int, dict[str, bytes]] | None = None
+) -> list[str]:
     """Trials left RUNNING by a dead driver are recorded as FAIL (infrastructure), their params
     re-queued once, and the files they left (here, or on a cluster node: ``leftovers``) written into
     ``run_dir`` and kept in the study's artifact store first. Called only by the study's lease
@@ -139,7 +141,8 @@ def fail_interrupted(study: optuna.Study, run_dir: RunDir | None = None, leftove
 
 class Driver:
     """Runs a study: ask, launch on a free partition, tell, until the budget or time is spent.
-    (Recovery from a crashed run, :func:`stop_orphans` then :func:`fail_interrupted`, is the caller's, once it holds the study.)"""
+    (Recovery from a crashed run, :func:`stop_orphans` then :func:`fail_interrupted`, is the
+    caller's, once it holds the study.)"""
 
     def __init__(
         self,
@@ -266,7 +269,12 @@ class Driver:
                 for passed in waiting[:i]:
                     passed.overtaken += 1
                     size = trial_size(self.space.hardware.per_trial, passed.params)
-                    logger.info("trial %d launched before trial %d, which waits for %d devices", entry.trial.number, passed.trial.number, size)
+                    logger.info(
+                        "trial %d launched before trial %d, which waits for %d devices",
+                        entry.trial.number,
+                        passed.trial.number,
+                        size,
+                    )
                 del waiting[i]
                 return True
         return False
@@ -353,11 +361,20 @@ class Driver:
         if prediction is None:
             return False
         evidence = Evidence(
-            argv=(), elapsed_s=0.0, signature=f"screened:{prediction.signature}", summary=prediction.reason,
+            argv=(),
+            elapsed_s=0.0,
+            signature=f"screened:{prediction.signature}",
+            summary=prediction.reason,
             details={"predicted": prediction.signature, **prediction.numbers},
         )
-        record(self.study, trial, self.run_dir, self.objective, error=ScreenedOut(prediction.reason, evidence=evidence),
-               screened=prediction.signature)
+        record(
+            self.study,
+            trial,
+            self.run_dir,
+            self.objective,
+            error=ScreenedOut(prediction.reason, evidence=evidence),
+            screened=prediction.signature,
+        )
         logger.info("trial %d not launched: predicted %s (%s)", trial.number, prediction.signature, prediction.reason)
         return True
 
@@ -377,8 +394,13 @@ class Driver:
             source = t.skipped_on
             if source in wrong and t.number not in done:
                 enqueue(self.study, t.params, rescreen_of=t.number)
-                logger.warning("trial %d's config re-proposed: it was skipped on the word of trial %d, which trial %d contradicts "
-                               "(it started with no more memory)", t.number, source, wrong[source])
+                logger.warning(
+                    "trial %d's config re-proposed: it was skipped on the word of trial %d, which trial %d contradicts "
+                    "(it started with no more memory)",
+                    t.number,
+                    source,
+                    wrong[source],
+                )
 
     def _enforce_trial_timeout(self) -> None:
         if self.trial_timeout is None:
@@ -447,7 +469,11 @@ class Driver:
         if entry.timed_out:
             error = TrialTimeout(
                 f"trial outran its {self.trial_timeout:.0f}s limit",
-                evidence=Evidence(argv=_argv(self.run_dir.trial(trial.number)), elapsed_s=time.monotonic() - entry.began, signature="trial_timeout"),
+                evidence=Evidence(
+                    argv=_argv(self.run_dir.trial(trial.number)),
+                    elapsed_s=time.monotonic() - entry.began,
+                    signature="trial_timeout",
+                ),
             )
         outcome = None if error is not None else future.result()
         if error is not None and not isinstance(error, TunerError):

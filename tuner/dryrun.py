@@ -22,14 +22,24 @@ from tuner.units import format_duration
 __all__ = ["dry_run"]
 
 
-def dry_run(space: SearchSpace, path: Path, objective: ObjectiveSet, *, budget: int, timeout: float | None,
-            max_parallel: int, sampler: str | None = None, configs: int = 3) -> list[str]:
+def dry_run(
+    space: SearchSpace,
+    path: Path,
+    objective: ObjectiveSet,
+    *,
+    budget: int,
+    timeout: float | None,
+    max_parallel: int,
+    sampler: str | None = None,
+    configs: int = 3,
+) -> list[str]:
     """The lines a dry run prints (the space and objectives were validated by loading them)."""
     adapter = engines.get(space.engine)
     executable, found = adapter.installed()
     hw = space.hardware
     lines = [
-        f"space {path}: valid ({space.engine}, {len(space.parameters)} parameters, objectives {', '.join(objective.metric_names)})",
+        f"space {path}: valid ({space.engine}, {len(space.parameters)} parameters, objectives "
+        f"{', '.join(objective.metric_names)})",
         f"engine: {found}",
         f"model: {adapter.shown_model(space.model.path)}",
         f"hardware: {hw.kind} devices {hw.devices}, {max_parallel} trial(s) at a time",
@@ -50,18 +60,28 @@ def dry_run(space: SearchSpace, path: Path, objective: ObjectiveSet, *, budget: 
         source = "enqueued" if trial.number < len(space.enqueue) else "sampled"
         partition = PartitionPool(hw.kind, hw.devices).acquire(trial_size(hw.per_trial, params))
         assert partition is not None  # validated: every trial size fits the devices
-        command = adapter.command(params, space=space, model_path=adapter.shown_model(space.model.path),
-                                  port=partition.port_base, partition=partition, executable=shown)
+        command = adapter.command(
+            params,
+            space=space,
+            model_path=adapter.shown_model(space.model.path),
+            port=partition.port_base,
+            partition=partition,
+            executable=shown,
+        )
         broken = violated_constraints(space, params)
         note = f", breaks {'; '.join(c.text for c in broken)}: not launched" if broken else ""
-        lines += [f"config {trial.number} ({source}{note}) on {partition.kind} {','.join(map(str, partition.devices))}:",
-                  f"  {command.shell_line()}"]
+        lines += [
+            f"config {trial.number} ({source}{note}) on {partition.kind} {','.join(map(str, partition.devices))}:",
+            f"  {command.shell_line()}",
+        ]
     start = adapter.typical_start_s
     load = space.probes.load
     probes = (len(load.concurrency) * (load.max_duration + 5.0)) if load is not None else 0.0
     per_trial = start + probes
     night = budget * per_trial / max(1, max_parallel)
     limit = f"; the space's timeout {format_duration(timeout)} stops launching first" if timeout and timeout < night else ""
-    lines.append(f"estimate: {budget} trials x at least {format_duration(per_trial)} (start ~{start:.0f}s + load levels; recall and "
-                 f"other probes add to it) / {max_parallel} at a time = at least {format_duration(night)}{limit}")
+    lines.append(
+        f"estimate: {budget} trials x at least {format_duration(per_trial)} (start ~{start:.0f}s + load levels; recall and "
+        f"other probes add to it) / {max_parallel} at a time = at least {format_duration(night)}{limit}"
+    )
     return lines

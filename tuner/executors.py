@@ -98,7 +98,12 @@ def _where() -> str:
 
 
 def _remote_trial(
-    space: dict[str, Any], params: dict[str, Any], trial_dir: str, partition: Partition, ledger: str | None, node_key: str | None = None
+    space: dict[str, Any],
+    params: dict[str, Any],
+    trial_dir: str,
+    partition: Partition,
+    ledger: str | None,
+    node_key: str | None = None,
 ) -> tuple[str, Any, dict[str, bytes] | None]:
     """Body of the Ray task. Errors travel back as values (our exceptions pickle with evidence).
 
@@ -185,9 +190,11 @@ def leftovers(key: str, root: Path | None = None) -> dict[int, dict[str, bytes]]
 def connection_problem(exc: BaseException) -> str:
     """Why ray.init could not join a cluster, in one line: authentication, version, reachability."""
     text = f"{type(exc).__name__}: {exc}"
-    if "InvalidAuthToken" in text or "AuthenticationError" in text or "auth" in text.lower() and "token" in text.lower():
-        return ("the cluster refused this driver's authentication token: set RAY_AUTH_MODE=token and the cluster's token "
-                "(RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) as on its nodes")
+    if "InvalidAuthToken" in text or "AuthenticationError" in text or ("auth" in text.lower() and "token" in text.lower()):
+        return (
+            "the cluster refused this driver's authentication token: set RAY_AUTH_MODE=token and the cluster's token "
+            "(RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) as on its nodes"
+        )
     if "version" in text.lower() and ("mismatch" in text.lower() or "differ" in text.lower()):
         return f"Ray or Python version differs from the cluster's ({text.splitlines()[0][:200]})"
     return f"could not connect ({text.splitlines()[0][:200]}): is the head's GCS port reachable and the cluster up?"
@@ -197,7 +204,13 @@ class RayExecutor:
     """Trials as Ray tasks; ``max_parallel`` is how many partitions of the smallest size fit."""
 
     def __init__(
-        self, devices: list[int], kind: str, *, max_parallel: int, address: str | None = None, ledger: Ledger | None = None,
+        self,
+        devices: list[int],
+        kind: str,
+        *,
+        max_parallel: int,
+        address: str | None = None,
+        ledger: Ledger | None = None,
         node_key: str | None = None,
     ) -> None:
         import ray
@@ -236,7 +249,9 @@ class RayExecutor:
         resources = ray.cluster_resources()
         self._by_device = self._local or all(f"tuner_device_{d}" in resources for d in devices)
         self.node_key = None if self._local else (node_key or "default")
-        self.leftovers: dict[int, dict[str, bytes]] = {}  # trial number -> files its node kept (see tuner.driver.fail_interrupted)
+        self.leftovers: dict[
+            int, dict[str, bytes]
+        ] = {}  # trial number -> files its node kept (see tuner.driver.fail_interrupted)
         self.recovered = self.sweep_nodes() if self.node_key else []
 
     def sweep_nodes(self) -> list[str]:
@@ -246,7 +261,8 @@ class RayExecutor:
         sweep = self._ray.remote(num_cpus=0, max_retries=0)(_sweep)
         refs = [
             sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(self.node_key)
-            for node in self._ray.nodes() if node.get("Alive")
+            for node in self._ray.nodes()
+            if node.get("Alive")
         ]
         notes: list[str] = []
         for found, left in self._ray.get(refs):
@@ -270,7 +286,11 @@ class RayExecutor:
     ) -> Future[TrialOutcome]:
         self._record_cluster()  # agents Ray starts lazily
         ref = self._task.options(**self._options(partition)).remote(
-            space.model_dump(mode="json"), params, str(trial_dir.resolve()), partition, str(ledger.root.resolve()) if ledger else None,
+            space.model_dump(mode="json"),
+            params,
+            str(trial_dir.resolve()),
+            partition,
+            str(ledger.root.resolve()) if ledger else None,
             self.node_key,
         )
         result: Future[TrialOutcome] = Future()

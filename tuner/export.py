@@ -28,7 +28,7 @@ from tuner.pick import Candidate
 from tuner.space import SearchSpace
 from tuner.trials import TrialRecord
 
-__all__ = ["Export", "FORMATS", "Launch", "build_export", "recorded_launch"]
+__all__ = ["FORMATS", "Export", "Launch", "build_export", "recorded_launch"]
 
 FORMATS = ("cmd", "yaml", "systemd", "json")
 PORT_FLAGS = ("--port",)
@@ -77,7 +77,11 @@ def _version_in_log(adapter: engines.EngineAdapter, trial_dir: Path) -> str | No
     for name in ("server.log", "server.log.gz"):
         path = trial_dir / name
         if path.is_file():
-            text = gzip.decompress(path.read_bytes()).decode(errors="replace") if name.endswith(".gz") else path.read_text(errors="replace")
+            text = (
+                gzip.decompress(path.read_bytes()).decode(errors="replace")
+                if name.endswith(".gz")
+                else path.read_text(errors="replace")
+            )
             if found := adapter.logged_version(text):
                 return found
     return None
@@ -98,7 +102,7 @@ def _flags(argv: tuple[str, ...], listen: tuple[str, ...]) -> list[str]:
         argv = argv[3:]
     start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
     words, skip = [], False
-    for i, word in enumerate(argv[start:]):
+    for word in argv[start:]:
         if skip:
             skip = False
             continue
@@ -174,24 +178,27 @@ class Export:
         return yaml.safe_dump(doc if own is None else own, sort_keys=False)
 
     def _json(self) -> str:
-        return json.dumps(
-            {
-                "engine": self.space.engine,
-                "engine_version": self.engine_version,
-                "argv": list(self.command.argv),
-                "env": self._public_env(),
-                "memory_cap": self.memory_cap,
-                "secret_env": list(self.secret_env),
-                "params": self.params,
-                "study": self.study,
-                "trial": self.candidate.number,
-                "values": dict(zip(self.metric_names, self.candidate.values, strict=False)),
-                "revalidated": self.candidate.revalidated,
-                "limits": self.limits.to_dict(default_contexts(self.limits)),
-                "warnings": self.warnings(),
-            },
-            indent=2,
-        ) + "\n"
+        return (
+            json.dumps(
+                {
+                    "engine": self.space.engine,
+                    "engine_version": self.engine_version,
+                    "argv": list(self.command.argv),
+                    "env": self._public_env(),
+                    "memory_cap": self.memory_cap,
+                    "secret_env": list(self.secret_env),
+                    "params": self.params,
+                    "study": self.study,
+                    "trial": self.candidate.number,
+                    "values": dict(zip(self.metric_names, self.candidate.values, strict=False)),
+                    "revalidated": self.candidate.revalidated,
+                    "limits": self.limits.to_dict(default_contexts(self.limits)),
+                    "warnings": self.warnings(),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
     def _systemd(self) -> str:
         name = f"tuner-{self.study}"
@@ -211,7 +218,8 @@ class Export:
         unit = [
             *comment,
             "[Unit]",
-            f"Description={self.space.engine} serving {self.space.model.path} (tuner study {self.study}, trial {self.candidate.number})",
+            f"Description={self.space.engine} serving {self.space.model.path} (tuner study {self.study}, trial "
+            f"{self.candidate.number})",
             "After=network-online.target",
             "Wants=network-online.target",
             "",
@@ -252,7 +260,9 @@ def build_export(
     notes: list[str] = []
     if launch is None:
         command, version, cap = here, local_version, space.server.memory_cap
-        notes.append(f"trial {candidate.number} has no launch record: its command was re-rendered by this machine's {space.engine} adapter")
+        notes.append(
+            f"trial {candidate.number} has no launch record: its command was re-rendered by this machine's {space.engine} adapter"
+        )
     else:
         env = {k: v for k, v in launch.env.items() if "***" not in v}
         command = Command(_with_port(launch.argv, port), env)
@@ -271,9 +281,13 @@ def build_export(
                     f"this machine's adapter would spell it differently ({', '.join(only_here) or 'nothing new'} instead of "
                     f"{', '.join(only_ran) or 'nothing'}): the export keeps what ran"
                 )
-    secret_env = tuple(sorted({k for k in here.env if k in secret_names or _engine_secret(k)}
-                              | {k for k in command.env if _engine_secret(k)}
-                              | ({k for k, v in launch.env.items() if "***" in v} if launch else set())))
+    secret_env = tuple(
+        sorted(
+            {k for k in here.env if k in secret_names or _engine_secret(k)}
+            | {k for k in command.env if _engine_secret(k)}
+            | ({k for k, v in launch.env.items() if "***" in v} if launch else set())
+        )
+    )
     limits = for_trial(adapter.configured_limits(space.values(candidate.trial.params)), candidate.trial)
     return Export(
         study=study.study_name,

@@ -136,4 +136,3 @@ class Ledger:
                 stopped.append((entry, [entry.pid]))
             self.remove(entry.pid)
         return stopped
-

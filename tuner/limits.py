@@ -47,7 +47,9 @@ class Limits:
         """Requests of ``context`` tokens that can run at once: KV pool // context, capped by
         the running-request limit. Only up to the graph batch size run on the graph fast path."""
         by_kv = self.kv_tokens // context if self.kv_tokens is not None else None
-        candidates = [(v, name) for v, name in ((by_kv, "kv pool"), (self.max_running_requests, "max running requests")) if v is not None]
+        candidates = [
+            (v, name) for v, name in ((by_kv, "kv pool"), (self.max_running_requests, "max running requests")) if v is not None
+        ]
         concurrent, capped_by = min(candidates) if candidates else (None, "unknown")
         fits = self.context_per_request is None or context <= self.context_per_request
         if not fits:
@@ -57,7 +59,11 @@ class Limits:
 
     def warnings(self) -> list[str]:
         notes = []
-        if self.recall_verified_context is not None and self.context_per_request and self.recall_verified_context < self.context_per_request:
+        if (
+            self.recall_verified_context is not None
+            and self.context_per_request
+            and self.recall_verified_context < self.context_per_request
+        ):
             notes.append(
                 f"configured for {self.context_per_request:,} tokens per call, but recall was verified only up to "
                 f"{self.recall_verified_context:,}: offer the verified context"
@@ -93,9 +99,11 @@ class Limits:
             f"  max queued requests     {'unbounded' if self.queue_unbounded else fmt(self.max_queued_requests)}",
             "measured",
             f"  recall-verified context {fmt(self.recall_verified_context)}",
-            f"  served at concurrency   {fmt(self.served_context)}" + ("   (FAILED: long requests side by side did not all complete)" if self.served_context == 0 else ""),
+            f"  served at concurrency   {fmt(self.served_context)}"
+            + ("   (FAILED: long requests side by side did not all complete)" if self.served_context == 0 else ""),
             "runtime-derived",
-            f"  KV pool tokens          {fmt(self.kv_tokens)}" + (f"   ({self.sources['kv_tokens']})" if "kv_tokens" in self.sources else ""),
+            f"  KV pool tokens          {fmt(self.kv_tokens)}"
+            + (f"   ({self.sources['kv_tokens']})" if "kv_tokens" in self.sources else ""),
             "",
             f"  {'context':>10}  {'by KV':>8}  {'concurrent':>10}  {'graph path':>10}  capped by",
         ]

@@ -44,7 +44,6 @@ __all__ = ["Lease", "StudyLock", "StudyLocked", "lease_of", "machine_id", "stale
 logger = logging.getLogger(__name__)
 
 
-
 class StudyLocked(TunerError):
     """Another run holds the study."""
 
@@ -114,8 +113,13 @@ class StudyLock:
         self.on_lost = on_lost
         me = procfs.stat(os.getpid())
         self.holder: dict[str, Any] = {
-            "pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "machine": machine_id(),
-            "start_ticks": me.start_ticks if me else None, "token": uuid.uuid4().hex, "folder": str(self.path.parent),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.time(),
+            "machine": machine_id(),
+            "start_ticks": me.start_ticks if me else None,
+            "token": uuid.uuid4().hex,
+            "folder": str(self.path.parent),
         }
         self.study: optuna.Study | None = None
         self.lost = ""
@@ -132,14 +136,17 @@ class StudyLock:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")  # noqa: SIM115 - held open for the run's lifetime
+        handle = open(self.path, "a+")  # held open for the run's lifetime
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = _read(handle.read())
             handle.close()
-            raise StudyLocked(f"study {self.name!r} is being run by {Lease(holder).describe() if holder else 'another process'} (lock {self.path})") from None
+            raise StudyLocked(
+                f"study {self.name!r} is being run by {Lease(holder).describe() if holder else 'another process'} (lock "
+                f"{self.path})"
+            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps(self.holder))
@@ -168,8 +175,10 @@ class StudyLock:
         if held is None or held.token == self.holder["token"] or not held.alive(self.stale_after):
             return
         if held.data.get("machine") == self.holder["machine"]:
-            raise StudyLocked(f"study {self.name!r} is being run by {held.describe()} (its lease in the study storage; "
-                              f"folder {held.data.get('folder', '?')})")
+            raise StudyLocked(
+                f"study {self.name!r} is being run by {held.describe()} (its lease in the study storage; "
+                f"folder {held.data.get('folder', '?')})"
+            )
         expires = max(0.0, self.stale_after - held.age())
         raise StudyLocked(
             f"study {self.name!r} is being run by {held.describe()} (heartbeat in the study storage {held.age():.0f}s ago; "
@@ -214,7 +223,7 @@ class StudyLock:
                         self.on_lost(self.lost)
                     return
                 self._beat()
-            except Exception:  # noqa: BLE001 - a storage hiccup; the next beat retries
+            except Exception:
                 logger.warning("study lease heartbeat failed", exc_info=True)
 
 
@@ -232,5 +241,7 @@ def stale_running(study: optuna.Study, stale_after: float = 60.0) -> str:
         return ""
     running = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
     who = f"{held.describe()}, last heartbeat {held.age():.0f}s ago" if held is not None else "no driver holds the study"
-    return (f"stale: trial(s) {', '.join(map(str, running))} show RUNNING but their driver is gone ({who}); "
-            f"the next `tune run --study {study.study_name}` records them as interrupted and re-queues them")
+    return (
+        f"stale: trial(s) {', '.join(map(str, running))} show RUNNING but their driver is gone ({who}); "
+        f"the next `tune run --study {study.study_name}` records them as interrupted and re-queues them"
+    )

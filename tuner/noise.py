@@ -53,8 +53,10 @@ class Outlier:
 
     def describe(self) -> str:
         change = self.value / self.median_of_others - 1.0 if self.median_of_others else float("nan")
-        return (f"{self.value:,.1f} is {change:+.0%} from the median {self.median_of_others:,.1f} of the config's other runs "
-                f"(more than {self.threshold:,.1f} away: {OUTLIER_SDS:g} robust SDs, at least {OUTLIER_MIN:.0%})")
+        return (
+            f"{self.value:,.1f} is {change:+.0%} from the median {self.median_of_others:,.1f} of the config's other runs "
+            f"(more than {self.threshold:,.1f} away: {OUTLIER_SDS:g} robust SDs, at least {OUTLIER_MIN:.0%})"
+        )
 
 
 OUTLIER_SDS = 4.0  # robust SDs (1.4826 x the median absolute deviation of the other runs)
@@ -75,7 +77,9 @@ def set_aside(runs: Sequence[Sequence[float]], column: int = 0) -> Outlier | Non
         median = statistics.median(others)
         mad = statistics.median(abs(v - median) for v in others)
         threshold = max(OUTLIER_SDS * 1.4826 * mad, OUTLIER_MIN * abs(median))
-        if abs(value - median) > threshold and (best is None or abs(value - median) / threshold > abs(best.value - best.median_of_others) / best.threshold):
+        if abs(value - median) > threshold and (
+            best is None or abs(value - median) / threshold > abs(best.value - best.median_of_others) / best.threshold
+        ):
             best = Outlier(i, value, median, threshold)
     return best
 

@@ -148,9 +148,7 @@ class ObjectiveSet(BaseModel):
             raise KeyError(f"the probes did not report {missing}")
         violations = tuple(c.violation(metrics.get(c.metric)) for c in self.constraints)
         violated = tuple(str(c) for c, v in zip(self.constraints, violations, strict=True) if v > 0)
-        return Evaluation(
-            values=tuple(metrics[m] for m in self.metric_names), violations=violations, violated=violated
-        )
+        return Evaluation(values=tuple(metrics[m] for m in self.metric_names), violations=violations, violated=violated)
 
 
 def load(name: str) -> ObjectiveSet:
@@ -162,7 +160,9 @@ def load(name: str) -> ObjectiveSet:
         path = next((f / f"{name}.yaml" for f in folders if (f / f"{name}.yaml").is_file()), path)
     if not path.is_file():
         known = sorted({p.stem for f in folders for p in f.glob("*.yaml")})
-        raise ConfigError(f"unknown objective set {name!r} (looked in ./, ./objectives/ and {OBJECTIVES_DIR}); available: {known}")
+        raise ConfigError(
+            f"unknown objective set {name!r} (looked in ./, ./objectives/ and {OBJECTIVES_DIR}); available: {known}"
+        )
     try:
         return ObjectiveSet.model_validate(yaml.safe_load(path.read_text()))
     except (ValidationError, yaml.YAMLError) as exc:

@@ -20,13 +20,27 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.exceptions import ConfigError
-from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
 from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, set_aside
+from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
 from tuner.trials import StudyRecord, TrialRecord, read_study, read_trials
 
 __all__ = [
-    "Candidate", "candidates", "context_metric", "context_of", "role_index", "stored_objectives", "hypervolume_2d", "non_dominated", "objective_metrics", "pareto_front", "repeated_runs",
-    "describe_noise", "pick", "signs", "study_floor", "tied_with",
+    "Candidate",
+    "candidates",
+    "context_metric",
+    "context_of",
+    "describe_noise",
+    "hypervolume_2d",
+    "non_dominated",
+    "objective_metrics",
+    "pareto_front",
+    "pick",
+    "repeated_runs",
+    "role_index",
+    "signs",
+    "stored_objectives",
+    "study_floor",
+    "tied_with",
 ]
 
 T = TypeVar("T")
@@ -196,7 +210,8 @@ def _hw(c: Candidate, j: int) -> float:
 def tied_with(best: Candidate, items: Sequence[Candidate], objectives: Sequence[int]) -> list[Candidate]:
     """Candidates within the combined noise of ``best`` on every one of ``objectives``."""
     return [
-        c for c in items
+        c
+        for c in items
         if c is not best and not any(differs(best.values[j], _hw(best, j), c.values[j], _hw(c, j)) for j in objectives)
     ]
 
@@ -207,18 +222,26 @@ def describe_noise(study: optuna.Study) -> list[str]:
     floor = study_floor(study, [is_noisy(m) for m in names])
     if not floor.known:
         return ["noise floor: not measured (no config ran on two fresh servers yet); ties use the probe's own CI"]
-    lines = [f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} between fresh servers ({floor.dof} degrees of freedom)"]
+    lines = [
+        f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} between fresh servers ({floor.dof} degrees of "
+        "freedom)"
+    ]
     record = read_study(study, trials=False)
     noise = record.noise
     if noise.get("runs"):
         values = ", ".join(f"{r[0]:,.1f} ({label})" for r, label in zip(noise["runs"], noise["labels"], strict=True))
         lines.append(f"reference config {noise.get('reference')}: {values}")
         if (aside := set_aside(noise["runs"])) is not None:
-            lines.append(f"set aside: the reference's run {aside.index + 1} ({noise['labels'][aside.index]}), {aside.describe()}: a disturbed "
-                         "measurement (a busy machine?), kept out of the floor")
+            lines.append(
+                f"set aside: the reference's run {aside.index + 1} ({noise['labels'][aside.index]}), {aside.describe()}: a "
+                "disturbed "
+                "measurement (a busy machine?), kept out of the floor"
+            )
     for number, value in sorted(record.revalidated.items()):
         if (aside := set_aside(value.get("runs") or [])) is not None:
-            lines.append(f"set aside: trial {number}'s run {aside.index + 1}, {aside.describe()}: kept out of its mean and the floor")
+            lines.append(
+                f"set aside: trial {number}'s run {aside.index + 1}, {aside.describe()}: kept out of its mean and the floor"
+            )
     if noise.get("drift") is not None:
         lines.append(f"DRIFT: the reference moved {noise['drift']:+.1%} between the start and the end of the run")
     return lines
@@ -293,10 +316,7 @@ def _knee(front: list[Candidate], signs: Sequence[float]) -> Candidate:
     lows, highs = [min(col) for col in columns], [max(col) for col in columns]
 
     def distance(c: Candidate) -> float:
-        scaled = [
-            (s * v - lo) / (hi - lo) if hi > lo else 1.0
-            for s, v, lo, hi in zip(signs, c.values, lows, highs, strict=True)
-        ]
+        scaled = [(s * v - lo) / (hi - lo) if hi > lo else 1.0 for s, v, lo, hi in zip(signs, c.values, lows, highs, strict=True)]
         return math.dist(scaled, [1.0] * len(scaled))
 
     return min(front, key=lambda c: (distance(c), c.number))

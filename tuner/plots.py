@@ -26,8 +26,14 @@ def front_png(fronts: list[StudyFront], x: str, y: str, path: Path) -> None:
         ok = [p for p in f.points if p.feasible and p.x is not None and p.y is not None]
         ax.scatter([p.x for p in ok], [p.y for p in ok], color=color, alpha=0.45, s=22)
         # both maximized: the boundary of the dominated region drops at each point, then runs right
-        ax.step([p.x for p in f.front], [p.y for p in f.front], where="pre", color=color, lw=2,
-                label=f"{f.name}: front of {len(f.front)} (HV {f.hypervolume:,.0f})")
+        ax.step(
+            [p.x for p in f.front],
+            [p.y for p in f.front],
+            where="pre",
+            color=color,
+            lw=2,
+            label=f"{f.name}: front of {len(f.front)} (HV {f.hypervolume:,.0f})",
+        )
         ax.scatter([p.x for p in f.front], [p.y for p in f.front], color=color, s=50, edgecolor="black", zorder=3)
         for p in f.front:
             ax.annotate(f"#{p.trial}", (p.x, p.y), textcoords="offset points", xytext=(4, 4), fontsize=8)
@@ -47,21 +53,40 @@ def front_html(fronts: list[StudyFront], x: str, y: str, path: Path | None = Non
     fig = go.Figure()
     for color, f in zip(COLORS, fronts, strict=False):
         faint = f.faint
-        fig.add_trace(go.Scatter(
-            x=[p.x if p.x is not None else 0 for p in faint], y=[p.y if p.y is not None else 0 for p in faint],
-            mode="markers", marker={"color": color, "symbol": "x", "opacity": 0.25},
-            name=f"{f.name}: pruned/infeasible (unmeasured at 0)",
-            text=[f"trial {p.trial} {p.state}: {p.signature}<br>{p.params}" for p in faint], hoverinfo="text",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[p.x if p.x is not None else 0 for p in faint],
+                y=[p.y if p.y is not None else 0 for p in faint],
+                mode="markers",
+                marker={"color": color, "symbol": "x", "opacity": 0.25},
+                name=f"{f.name}: pruned/infeasible (unmeasured at 0)",
+                text=[f"trial {p.trial} {p.state}: {p.signature}<br>{p.params}" for p in faint],
+                hoverinfo="text",
+            )
+        )
         ok = [p for p in f.points if p.feasible]
-        fig.add_trace(go.Scatter(
-            x=[p.x for p in ok], y=[p.y for p in ok], mode="markers", marker={"color": color, "opacity": 0.5},
-            name=f"{f.name}: feasible", text=[f"trial {p.trial}<br>{p.params}" for p in ok], hoverinfo="text+x+y",
-        ))
-        fig.add_trace(go.Scatter(
-            x=[p.x for p in f.front], y=[p.y for p in f.front], mode="lines+markers", line={"shape": "vh", "color": color, "width": 3},
-            name=f"{f.name}: front (HV {f.hypervolume:,.0f})", text=[f"trial {p.trial}<br>{p.params}" for p in f.front], hoverinfo="text+x+y",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[p.x for p in ok],
+                y=[p.y for p in ok],
+                mode="markers",
+                marker={"color": color, "opacity": 0.5},
+                name=f"{f.name}: feasible",
+                text=[f"trial {p.trial}<br>{p.params}" for p in ok],
+                hoverinfo="text+x+y",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[p.x for p in f.front],
+                y=[p.y for p in f.front],
+                mode="lines+markers",
+                line={"shape": "vh", "color": color, "width": 3},
+                name=f"{f.name}: front (HV {f.hypervolume:,.0f})",
+                text=[f"trial {p.trial}<br>{p.params}" for p in f.front],
+                hoverinfo="text+x+y",
+            )
+        )
     fig.update_layout(title=f"{y} vs {x}", xaxis_title=x, yaxis_title=y, template="plotly_white")
     html = fig.to_html(include_plotlyjs=True, full_html=full_html, div_id="front")
     if path is not None:
@@ -85,12 +110,24 @@ def power_html(study_trials: Sequence[TrialRecord], *, full_html: bool = False) 
         for level, window in (sampled.get("windows") or {}).items():
             watts = metrics.get(f"telemetry.power_w@{level}")
             if window and watts is not None:
-                fig.add_trace(go.Scatter(
-                    x=[window[0] - t0, window[1] - t0], y=[watts, watts], mode="lines", line={"dash": "dot"}, showlegend=False,
-                    hoverinfo="text", text=f"trial {t.number}, C={level}: {watts:,.0f} W, {metrics.get(f'telemetry.tokens_per_joule@{level}', 0):.2f} tok/J",
-                ))
-    fig.update_layout(title="power during the probes (dotted: each load level's window, its mean)", xaxis_title="seconds",
-                      yaxis_title="W (partition)", template="plotly_white")
+                fig.add_trace(
+                    go.Scatter(
+                        x=[window[0] - t0, window[1] - t0],
+                        y=[watts, watts],
+                        mode="lines",
+                        line={"dash": "dot"},
+                        showlegend=False,
+                        hoverinfo="text",
+                        text=f"trial {t.number}, C={level}: {watts:,.0f} W, "
+                        f"{metrics.get(f'telemetry.tokens_per_joule@{level}', 0):.2f} tok/J",
+                    )
+                )
+    fig.update_layout(
+        title="power during the probes (dotted: each load level's window, its mean)",
+        xaxis_title="seconds",
+        yaxis_title="W (partition)",
+        template="plotly_white",
+    )
     return fig.to_html(include_plotlyjs=False, full_html=full_html, div_id="power")
 
 
@@ -110,15 +147,30 @@ def timeline_html(study_trials: Sequence[TrialRecord]) -> str:
         rows.setdefault(t.state.name, []).append((partition, start, end, t))
     fig = go.Figure()
     for state, items in rows.items():
-        fig.add_trace(go.Bar(
-            y=[p for p, *_ in items], base=[s.isoformat() for _, s, _, _ in items],
-            x=[max((e - s).total_seconds() * 1000, 500) for _, s, e, _ in items], orientation="h", name=state,
-            marker={"color": colors.get(state, "#7f7f7f")}, text=[f"#{t.number}" for *_, t in items], textposition="inside",
-            hovertext=[f"trial {t.number} {state} {(e - s).total_seconds():.0f}s {t.signature or ''}" for _, s, e, t in items],
-            hoverinfo="text",
-        ))
-    fig.update_layout(title="trials over time by partition (gaps: the partition was idle)", barmode="overlay",
-                      xaxis={"type": "date"}, yaxis_title="partition", template="plotly_white", height=260 + 30 * len({p for v in rows.values() for p, *_ in v}))
+        fig.add_trace(
+            go.Bar(
+                y=[p for p, *_ in items],
+                base=[s.isoformat() for _, s, _, _ in items],
+                x=[max((e - s).total_seconds() * 1000, 500) for _, s, e, _ in items],
+                orientation="h",
+                name=state,
+                marker={"color": colors.get(state, "#7f7f7f")},
+                text=[f"#{t.number}" for *_, t in items],
+                textposition="inside",
+                hovertext=[
+                    f"trial {t.number} {state} {(e - s).total_seconds():.0f}s {t.signature or ''}" for _, s, e, t in items
+                ],
+                hoverinfo="text",
+            )
+        )
+    fig.update_layout(
+        title="trials over time by partition (gaps: the partition was idle)",
+        barmode="overlay",
+        xaxis={"type": "date"},
+        yaxis_title="partition",
+        template="plotly_white",
+        height=260 + 30 * len({p for v in rows.values() for p, *_ in v}),
+    )
     return fig.to_html(include_plotlyjs=False, full_html=False, div_id="timeline")
 
 
@@ -131,14 +183,23 @@ def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = "load.ou
         metrics = t.metrics
         levels = sorted(int(k.rsplit("@", 1)[1]) for k in metrics if k.startswith(f"{metric}@") and k.rsplit("@", 1)[1].isdigit())
         if levels:
-            fig.add_trace(go.Scatter(x=levels, y=[metrics[f"{metric}@{c}"] for c in levels], mode="lines+markers",
-                                     name=f"trial {t.number}", hovertext=str(t.params), hoverinfo="text+x+y"))
-    fig.update_layout(title=f"{metric} vs concurrency, per trial", xaxis_title="concurrency", yaxis_title=metric,
-                      template="plotly_white")
+            fig.add_trace(
+                go.Scatter(
+                    x=levels,
+                    y=[metrics[f"{metric}@{c}"] for c in levels],
+                    mode="lines+markers",
+                    name=f"trial {t.number}",
+                    hovertext=str(t.params),
+                    hoverinfo="text+x+y",
+                )
+            )
+    fig.update_layout(
+        title=f"{metric} vs concurrency, per trial", xaxis_title="concurrency", yaxis_title=metric, template="plotly_white"
+    )
     return fig.to_html(include_plotlyjs=False, full_html=False, div_id="concurrency")
 
 
-def importance_html(study, target_index: int, target_name: str) -> str | None:  # noqa: ANN001 - optuna.Study
+def importance_html(study, target_index: int, target_name: str) -> str | None:  # optuna.Study
     """Optuna's own parameter-importance plot for one objective; None while it cannot be computed."""
     import warnings
 
@@ -151,7 +212,9 @@ def importance_html(study, target_index: int, target_name: str) -> str | None:  
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             fig = optuna.visualization.plot_param_importances(
-                study, target=lambda t: sign * t.values[target_index], target_name=f"{target_name} (importance for a better value)"
+                study,
+                target=lambda t: sign * t.values[target_index],
+                target_name=f"{target_name} (importance for a better value)",
             )
     except (ValueError, RuntimeError, ZeroDivisionError):
         return None

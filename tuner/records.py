@@ -84,7 +84,12 @@ class TrialOutcome:
 
     def launch(self) -> dict[str, Any]:
         """What was launched, as `tune export` replays it: argv, env, engine version, memory cap."""
-        return {"argv": list(self.argv), "env": dict(self.env), "engine_version": self.engine_version, "memory_cap": self.memory_cap}
+        return {
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "engine_version": self.engine_version,
+            "memory_cap": self.memory_cap,
+        }
 
     def metrics(self) -> dict[str, float]:
         """All probe metrics as ``"<probe>.<metric>"``, plus ``capacity.*``."""

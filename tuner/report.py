@@ -5,20 +5,21 @@ the front, the chosen config and its limits table."""
 from __future__ import annotations
 
 import html
-from pathlib import Path
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
 
 from tuner.exceptions import ConfigError
 from tuner.export import build_export
 from tuner.limits import default_contexts
-from tuner.pareto import fronts
-from tuner.screen import describe_screen, screen_for
 from tuner.lock import stale_running
+from tuner.pareto import fronts
 from tuner.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
 from tuner.plots import concurrency_html, front_html, importance_html, power_html, timeline_html
+from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
 from tuner.trials import TrialRecord, read_trials
 
@@ -54,12 +55,20 @@ def _telemetry_rows(everything: list[TrialRecord]) -> list[str]:
     trials = [t for t in everything if t.telemetry]
     if not trials:
         return ["no telemetry recorded"]
-    rows = ["| trial | source | W mean | W p99 | tokens/J | W per request | max temp C | min SM MHz | samples |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| trial | source | W mean | W p99 | tokens/J | W per request | max temp C | min SM MHz | samples |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for t in trials:
-        m = t.metrics
-        cell = lambda k, f="{:,.1f}": f.format(m[f"telemetry.{k}"]) if f"telemetry.{k}" in m else "-"  # noqa: E731
-        rows.append(f"| {t.number} | {t.telemetry.get('source')} | {cell('power_w')} | {cell('power_w_p99')} | "
-                    f"{cell('tokens_per_joule', '{:.3f}')} | {cell('watts_per_request')} | {cell('temp_c_max')} | {cell('sm_clock_mhz_min', '{:,.0f}')} | {cell('samples', '{:.0f}')} |")
+
+        def cell(key: str, fmt: str = "{:,.1f}", m: Mapping[str, float] = t.metrics) -> str:
+            return fmt.format(m[f"telemetry.{key}"]) if f"telemetry.{key}" in m else "-"
+
+        rows.append(
+            f"| {t.number} | {t.telemetry.get('source')} | {cell('power_w')} | {cell('power_w_p99')} | "
+            f"{cell('tokens_per_joule', '{:.3f}')} | {cell('watts_per_request')} | {cell('temp_c_max')} | "
+            f"{cell('sm_clock_mhz_min', '{:,.0f}')} | {cell('samples', '{:.0f}')} |"
+        )
     return rows
 
 
@@ -80,7 +89,14 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     failures = _failures(everything)
 
     md = [f"# tuner report: {name}", "", f"engine **{space.engine}**, model `{space.model.path}`", ""]
-    md += ["## Trials by state", "", "| state | trials |", "|---|---|", *[f"| {s} | {n} |" for s, n in sorted(states.items())], ""]
+    md += [
+        "## Trials by state",
+        "",
+        "| state | trials |",
+        "|---|---|",
+        *[f"| {s} | {n} |" for s, n in sorted(states.items())],
+        "",
+    ]
     if states.get("RUNNING") and (stale := stale_running(study)):
         md += [f"**{stale}**", ""]
     md += ["## Time", "", "| spent on | seconds |", "|---|---|", *[f"| {k} | {v:,.1f} |" for k, v in split.items()], ""]
@@ -88,7 +104,14 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     for sig, trials in failures.items():
         ev = trials[0].evidence or {}
         excerpt = "\n".join(f"{line['number']:>6}: {line['text'][:200]}" for line in ev.get("lines", [])[:4])
-        md += [f"### {sig}: {len(trials)} trial(s) ({', '.join('#' + str(t.number) for t in trials)})", "", "```", excerpt, "```", ""]
+        md += [
+            f"### {sig}: {len(trials)} trial(s) ({', '.join('#' + str(t.number) for t in trials)})",
+            "",
+            "```",
+            excerpt,
+            "```",
+            "",
+        ]
     if not failures:
         md += ["none", ""]
     md += [f"## Front: {y} vs {x}", "", f"| trial | {x} | {y} | params |", "|---|---|---|---|"]
@@ -99,23 +122,47 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     md += ["## Re-validation on fresh servers (means, 95 % CI)", "", *_revalidation_rows(study), ""]
     md += ["## Noise", "", *describe_noise(study), ""]
     screened = describe_screen(everything, screen_for(space.engine), space.values)
-    md += ["## Pre-screen (configs not launched, and the trial each prediction came from)", "", *(f"- {line}" for line in screened or ["none skipped"]), ""]
+    md += [
+        "## Pre-screen (configs not launched, and the trial each prediction came from)",
+        "",
+        *(f"- {line}" for line in screened or ["none skipped"]),
+        "",
+    ]
     md += ["## Power and energy (at the target concurrency)", "", *_telemetry_rows(everything), ""]
     md += ["## Chosen config (knee of the front)", ""]
     if chosen is None:
         md += ["no complete, feasible trial yet", ""]
     else:
-        md += [chosen.candidate.describe(objective_metrics(study)), "",
-               f"trial {chosen.candidate.number}" + (" (re-validated)" if chosen.candidate.revalidated else " (not re-validated)"), "",
-               "```", chosen.render("cmd").strip(), "```", "", "```", chosen.limits.render(default_contexts(chosen.limits)), "```", ""]
+        md += [
+            chosen.candidate.describe(objective_metrics(study)),
+            "",
+            f"trial {chosen.candidate.number}" + (" (re-validated)" if chosen.candidate.revalidated else " (not re-validated)"),
+            "",
+            "```",
+            chosen.render("cmd").strip(),
+            "```",
+            "",
+            "```",
+            chosen.limits.render(default_contexts(chosen.limits)),
+            "```",
+            "",
+        ]
         md += [f"- warning: {w}" for w in chosen.warnings()]
     markdown = "\n".join(md) + "\n"
 
     plot = front_html(the_fronts, x, y, full_html=False)  # carries plotly.js once; the other plots reuse it
     measured = [t for t in everything if t.telemetry.get("trace")]
-    plots = [("Timeline", timeline_html(everything)), ("Throughput vs concurrency", concurrency_html(everything, y.split("@")[0]))]
+    plots = [
+        ("Timeline", timeline_html(everything)),
+        ("Throughput vs concurrency", concurrency_html(everything, y.split("@")[0])),
+    ]
     importance = importance_html(study, throughput or 0, y) if metric_names else None
-    plots.append(("Parameter importance (Optuna)", importance or "<p>not computable yet (needs two or more complete trials that differ)</p>"))
+    plots.append(
+        (
+            "Parameter importance (Optuna)",
+            importance or "<p>not computable yet (needs two or more complete trials that differ)</p>",
+        )
+    )
     if measured:
         plots.append(("Power per trial", power_html(measured)))
     power = "".join(f"<h2>{html.escape(title)}</h2>{div}" for title, div in plots)
@@ -124,7 +171,8 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>tuner report: {html.escape(name)}</title>"
         "<style>body{font-family:sans-serif;max-width:1400px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;display:block;overflow-x:auto;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;white-space:nowrap}"
+        "table{border-collapse:collapse;display:block;overflow-x:auto;font-size:13px}td,th{border:1px solid #ccc;padding:3px "
+        "8px;white-space:nowrap}"
         "pre{background:#f6f6f6;padding:8px;overflow-x:auto}</style>"
         f"</head><body>{body}<h2>Front (interactive)</h2>{plot}{power}</body></html>"
     )
@@ -144,7 +192,22 @@ def _trials_rows(trials: list[TrialRecord], names: list[str]) -> list[str]:
         failure = t.signature or t.invalid_combination or (t.error or "")[:60]
         ok = "-" if t.state.name != "COMPLETE" else ("yes" if t.feasible else "no")
         partition = ",".join(map(str, t.partition)) or "-"
-        rows.append("| " + " | ".join([str(t.number), t.state.name, params.replace("|", "/"), *cells, ok, failure.replace("|", "/") or "-", partition, *when]) + " |")
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    str(t.number),
+                    t.state.name,
+                    params.replace("|", "/"),
+                    *cells,
+                    ok,
+                    failure.replace("|", "/") or "-",
+                    partition,
+                    *when,
+                ]
+            )
+            + " |"
+        )
     return rows
 
 

@@ -78,21 +78,35 @@ class Screen:
             if not t.finished:
                 continue
             number = t.number if t.number >= 0 else i  # a trial made outside a study has no number: its position
-            self.points.append(self._point(expand(dict(t.params)), number, t.state == TrialState.COMPLETE,
-                                           t.signature, t.details, t.kv_tokens))
+            self.points.append(
+                self._point(expand(dict(t.params)), number, t.state == TrialState.COMPLETE, t.signature, t.details, t.kv_tokens)
+            )
         started = [p for p in self.points if p.started]
         for f in self._failures():
             if (s := next((s for s in started if _needier(s, f)), None)) is not None:
                 self._contradicted[f.number] = s.number
 
-    def _point(self, values: Mapping[str, Any], number: int = -1, started: bool = False, signature: str | None = None,
-               details: Mapping[str, Any] | None = None, kv_tokens: float | None = None) -> _Point:
+    def _point(
+        self,
+        values: Mapping[str, Any],
+        number: int = -1,
+        started: bool = False,
+        signature: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        kv_tokens: float | None = None,
+    ) -> _Point:
         assert self.model is not None
         others = tuple(sorted((k, str(v)) for k, v in values.items() if k not in self.model.modelled))
         return _Point(
-            number, started, signature, values,
-            tuple(axis.value(values) for axis in self.model.room), tuple((axis.name, axis.value(values)) for axis in self.model.needs),
-            others, details or {}, float(kv_tokens) if kv_tokens else None,
+            number,
+            started,
+            signature,
+            values,
+            tuple(axis.value(values) for axis in self.model.room),
+            tuple((axis.name, axis.value(values)) for axis in self.model.needs),
+            others,
+            details or {},
+            float(kv_tokens) if kv_tokens else None,
         )
 
     def _failures(self) -> list[_Point]:
@@ -117,28 +131,50 @@ class Screen:
             for key in model.model_limit:
                 limit = _float(p.details.get(key))
                 if length is not None and limit is not None and length > limit:
-                    return Prediction(p.signature or "context_above_model", f"{model.length} {length:,.0f} > the model's {limit:,.0f} "
-                                      f"(named by the engine in trial {p.number})", {"from_trial": p.number, "rule": "model_limit",
-                                                                                     "asked": length, "limit": limit})
+                    return Prediction(
+                        p.signature or "context_above_model",
+                        f"{model.length} {length:,.0f} > the model's {limit:,.0f} (named by the engine in trial {p.number})",
+                        {"from_trial": p.number, "rule": "model_limit", "asked": length, "limit": limit},
+                    )
         for f in self._failures():
             if f.number in self._contradicted:
                 continue
             if _needier(c, f):
-                return Prediction(f.signature or "out_of_memory", f"no more memory and at least the need of trial {f.number}, "
-                                  f"which failed ({f.signature}) on every axis the memory model knows",
-                                  {"from_trial": f.number, "rule": "dominated", **_axes(model, f, c)})
+                return Prediction(
+                    f.signature or "out_of_memory",
+                    f"no more memory and at least the need of trial {f.number}, "
+                    f"which failed ({f.signature}) on every axis the memory model knows",
+                    {"from_trial": f.number, "rule": "dominated", **_axes(model, f, c)},
+                )
             limit = _float(f.details.get(model.length_limit)) if model.length_limit else None
             shorter_ok = model.pool_independent_of_length or _cmp(length, _float(f.values.get(model.length)), lambda u, v: u >= v)
-            if limit is not None and length is not None and length > limit * (1 + model.pool_margin) and shorter_ok and _needier(c, f, skip=model.length):
-                return Prediction(f.signature or "max_model_len_exceeds_kv", f"{model.length} {length:,.0f} > the {limit:,.0f} the engine named "
-                                  f"for trial {f.number}'s memory, and this config has no more",
-                                  {"from_trial": f.number, "rule": "engine_named_length", "asked": length, "limit": limit})
+            if (
+                limit is not None
+                and length is not None
+                and length > limit * (1 + model.pool_margin)
+                and shorter_ok
+                and _needier(c, f, skip=model.length)
+            ):
+                return Prediction(
+                    f.signature or "max_model_len_exceeds_kv",
+                    f"{model.length} {length:,.0f} > the {limit:,.0f} the engine named "
+                    f"for trial {f.number}'s memory, and this config has no more",
+                    {"from_trial": f.number, "rule": "engine_named_length", "asked": length, "limit": limit},
+                )
         if model.length_fits_pool and length is not None:
             for s in self.points:
-                if s.started and s.kv_tokens is not None and length > s.kv_tokens * (1 + model.pool_margin) and _needier(c, s, skip=model.length):
-                    return Prediction("max_model_len_exceeds_kv", f"{model.length} {length:,.0f} > the {s.kv_tokens:,.0f}-token KV pool "
-                                      f"trial {s.number} reported, and this config has no more memory",
-                                      {"from_trial": s.number, "rule": "pool_reported", "asked": length, "pool_tokens": s.kv_tokens})
+                if (
+                    s.started
+                    and s.kv_tokens is not None
+                    and length > s.kv_tokens * (1 + model.pool_margin)
+                    and _needier(c, s, skip=model.length)
+                ):
+                    return Prediction(
+                        "max_model_len_exceeds_kv",
+                        f"{model.length} {length:,.0f} > the {s.kv_tokens:,.0f}-token KV pool "
+                        f"trial {s.number} reported, and this config has no more memory",
+                        {"from_trial": s.number, "rule": "pool_reported", "asked": length, "pool_tokens": s.kv_tokens},
+                    )
         return None
 
 
@@ -167,8 +203,10 @@ def _cmp(x: float | None, y: float | None, ok: Callable[[float, float], bool]) -
 
 
 def _axes(model: MemoryModel, f: _Point, c: _Point) -> dict[str, Any]:
-    return {"room": {a.name: [c.room[i], f.room[i]] for i, a in enumerate(model.room)},
-            "needs": {name: [x, y] for (name, x), (_, y) in zip(c.needs, f.needs, strict=True)}}
+    return {
+        "room": {a.name: [c.room[i], f.room[i]] for i, a in enumerate(model.room)},
+        "needs": {name: [x, y] for (name, x), (_, y) in zip(c.needs, f.needs, strict=True)},
+    }
 
 
 def screen_for(engine: str) -> Screen:
@@ -178,7 +216,9 @@ def screen_for(engine: str) -> Screen:
     return Screen(engines.get(engine).memory)
 
 
-def describe_screen(trials: Sequence[TrialRecord], screen: Screen, expand: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> list[str]:
+def describe_screen(
+    trials: Sequence[TrialRecord], screen: Screen, expand: Callable[[dict[str, Any]], dict[str, Any]] = dict
+) -> list[str]:
     """The screen's decisions, each with the trial it came from, and the failures a later start
     contradicted (with what was re-proposed), as lines to show."""
     lines = []
@@ -192,6 +232,8 @@ def describe_screen(trials: Sequence[TrialRecord], screen: Screen, expand: Calla
     for failed, started in sorted(screen.contradicted().items()):
         skipped = [t.number for t in trials if t.skipped_on == failed]
         again = ", ".join(f"{n} as trial {requeued[n]}" for n in skipped if n in requeued)
-        lines.append(f"CONTRADICTED: trial {failed}'s failure, by trial {started} (no more memory, started); "
-                     f"skipped on its word: {', '.join(map(str, skipped)) or 'none'}" + (f"; re-proposed: {again}" if again else ""))
+        lines.append(
+            f"CONTRADICTED: trial {failed}'s failure, by trial {started} (no more memory, started); "
+            f"skipped on its word: {', '.join(map(str, skipped)) or 'none'}" + (f"; re-proposed: {again}" if again else "")
+        )
     return lines

@@ -21,13 +21,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, IO, Self
+from typing import IO, Any, Self
 
 import httpx
 
 from tuner import procfs
-from tuner.engines import Category, Command, EngineAdapter, Signature
-from tuner.engines import first_fatal, raised_exception
+from tuner.engines import Category, Command, EngineAdapter, Signature, first_fatal, raised_exception
 from tuner.evidence import Evidence, LogLine
 from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
 from tuner.ledger import Ledger
@@ -100,7 +99,7 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the reader thread
+        log = open(self.log_path, "w", encoding="utf-8")  # closed by the reader thread
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
             list(self.command.argv),

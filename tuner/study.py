@@ -30,9 +30,7 @@ def make_sampler(space: SearchSpace, *, name: str | None = None, seed: int | Non
     name = name or spec.name
     seed = spec.seed if seed is None else seed
     if name == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=spec.startup_trials, multivariate=True, constant_liar=True
-        )
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.startup_trials, multivariate=True, constant_liar=True)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     if name == "random":
@@ -93,10 +91,14 @@ def open_study(
     if stored != fingerprint:
         if stored is not None:
             logger.warning("study %s: space changed (forced); continuing with %s", name, source)
-        store_setup(study, fingerprint=fingerprint, space=space.model_dump(mode="json"), source=source,
-                    objectives=objective.model_dump(mode="json"))
+        store_setup(
+            study,
+            fingerprint=fingerprint,
+            space=space.model_dump(mode="json"),
+            source=source,
+            objectives=objective.model_dump(mode="json"),
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(objective.metric_names)
     return study
-

@@ -88,7 +88,9 @@ def summary_rows(study: optuna.Study, space: Any = None) -> list[dict[str, Any]]
         row.update({k: format_param(v, specs.get(k)) for k, v in t.params.items()})
         for name, value in zip(names, t.values or [None] * len(names), strict=False):
             ci = metrics.get(f"{name}_ci")
-            row[name] = "" if value is None else f"{value:,.1f}" + (f" +-{ci:,.1f}" if ci and ci < 10 else f" +-{ci:,.0f}" if ci else "")
+            row[name] = (
+                "" if value is None else f"{value:,.1f}" + (f" +-{ci:,.1f}" if ci and ci < 10 else f" +-{ci:,.0f}" if ci else "")
+            )
         row["ok"] = ("yes" if t.feasible else "no") if t.constraints else ""
         row["note"] = t.note
         rows.append(row)

@@ -33,8 +33,18 @@ __all__ = ["LEVEL_METRICS", "Sample", "Telemetry", "for_partition", "level_metri
 logger = logging.getLogger(__name__)
 
 LEVEL_METRICS = (
-    "power_w", "power_w_p99", "energy_j", "tokens_per_joule", "watts_per_request", "sm_util", "mem_bw_util",
-    "mem_used_mib_max", "temp_c_max", "sm_clock_mhz_min", "throttled", "samples",
+    "power_w",
+    "power_w_p99",
+    "energy_j",
+    "tokens_per_joule",
+    "watts_per_request",
+    "sm_util",
+    "mem_bw_util",
+    "mem_used_mib_max",
+    "temp_c_max",
+    "sm_clock_mhz_min",
+    "throttled",
+    "samples",
 )
 
 
@@ -84,7 +94,7 @@ class Telemetry:
         while not self._stop.is_set():
             try:
                 self.samples.extend(self.reader())
-            except Exception:  # noqa: BLE001 - a failed read leaves a gap, never a made-up value
+            except Exception:
                 logger.debug("telemetry read failed", exc_info=True)
             self._stop.wait(self.interval)
 
@@ -109,8 +119,11 @@ def level_metrics(samples: Sequence[Sample], start: float, end: float, *, tokens
         metrics["energy_j"] = energy
         metrics["tokens_per_joule"] = tokens / energy
     for name, key, how in (
-        ("sm_util", "sm_util", statistics.fmean), ("mem_bw_util", "mem_bw_util", statistics.fmean),
-        ("mem_used_mib_max", "mem_used_mib", max), ("temp_c_max", "temp_c", max), ("sm_clock_mhz_min", "sm_clock_mhz", min),
+        ("sm_util", "sm_util", statistics.fmean),
+        ("mem_bw_util", "mem_bw_util", statistics.fmean),
+        ("mem_used_mib_max", "mem_used_mib", max),
+        ("temp_c_max", "temp_c", max),
+        ("sm_clock_mhz_min", "sm_clock_mhz", min),
     ):
         values = [getattr(s, key) for s in inside if getattr(s, key) is not None]
         if values:
@@ -132,7 +145,9 @@ def summarize_levels(
         window = summary.get("window_at")
         if not window:
             continue
-        figures = level_metrics(samples, window[0], window[1], tokens=float(summary.get("output_tokens") or 0), concurrency=int(level))
+        figures = level_metrics(
+            samples, window[0], window[1], tokens=float(summary.get("output_tokens") or 0), concurrency=int(level)
+        )
         per_level[level] = figures
         flat.update({f"{k}@{level}": v for k, v in figures.items()})
         if int(level) == target:
@@ -187,17 +202,20 @@ def _nvml_reader(devices: list[int]) -> tuple[Reader | None, str]:
             mw = optional(lambda h=h: pynvml.nvmlDeviceGetPowerUsage(h))
             mj = optional(lambda h=h: pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
             reasons = optional(lambda h=h: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-            found.append(Sample(
-                t=now, device=d,
-                power_w=mw / 1000.0 if mw is not None else None,
-                energy_j=mj / 1000.0 if mj is not None else None,
-                sm_util=float(util.gpu) if util is not None else None,
-                mem_bw_util=float(util.memory) if util is not None else None,
-                mem_used_mib=mem.used / 2**20 if mem is not None else None,
-                temp_c=optional(lambda h=h: float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))),
-                sm_clock_mhz=optional(lambda h=h: float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))),
-                throttled=bool(reasons & ~idle) if reasons is not None else None,
-            ))
+            found.append(
+                Sample(
+                    t=now,
+                    device=d,
+                    power_w=mw / 1000.0 if mw is not None else None,
+                    energy_j=mj / 1000.0 if mj is not None else None,
+                    sm_util=float(util.gpu) if util is not None else None,
+                    mem_bw_util=float(util.memory) if util is not None else None,
+                    mem_used_mib=mem.used / 2**20 if mem is not None else None,
+                    temp_c=optional(lambda h=h: float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))),
+                    sm_clock_mhz=optional(lambda h=h: float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))),
+                    throttled=bool(reasons & ~idle) if reasons is not None else None,
+                )
+            )
         return found
 
     return read, ""

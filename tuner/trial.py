@@ -17,13 +17,13 @@ from typing import Any
 
 from tuner import engines, probes, progress, telemetry
 from tuner.artifacts import write_json
+from tuner.engines import Category, Command
 from tuner.exceptions import ConfigInfeasible, CrashedUnderLoad
 from tuner.ledger import Ledger
 from tuner.partitions import Partition
-from tuner.engines import Category, Command
 from tuner.probes import ServerHandle
-from tuner.probes.load import MAX_ERROR_RATE, per_gpu
 from tuner.probes.capacity import read_capacity
+from tuner.probes.load import MAX_ERROR_RATE, per_gpu
 from tuner.records import ProbeResult, Timings, TrialOutcome
 from tuner.server import ServerProcess
 from tuner.space import SearchSpace
@@ -116,8 +116,13 @@ def serve(
         logger.info("ready after %.1fs: %s", startup_s, trial_dir)
         capacity = read_capacity(adapter, server.log_text(), server.url, headers=server.headers)
         handle = ServerHandle(
-            server.url, adapter.served_model_name(model_path), capacity, api_key, adapter.prefix_cache_metrics,
-            adapter.context_slack, adapter.cached_tokens_field,
+            server.url,
+            adapter.served_model_name(model_path),
+            capacity,
+            api_key,
+            adapter.prefix_cache_metrics,
+            adapter.context_slack,
+            adapter.cached_tokens_field,
         )
         progress.report(f"ready after {startup_s:.0f}s")
         yield Served(handle, server, command, startup_s, started_at)
@@ -142,7 +147,7 @@ def run_trial(
             with pinned(partition.client_cpus), sampler:
                 for probe in probes.from_space(space):
                     results.append(probe.run(served.handle))
-        except Exception as exc:  # noqa: BLE001 - a dead server, else the probe's own failure
+        except Exception as exc:
             crash = _crash(served.server, results, probe_began, failed=(probe.name, exc))
             if crash is not None:
                 raise crash from None
@@ -175,7 +180,9 @@ def _telemetry(sampler: telemetry.Telemetry, results: list[ProbeResult], space: 
     load = next((r for r in results if r.probe == "load"), None)
     if load is None or space.probes.load is None:
         return None
-    flat, per_level = telemetry.summarize_levels(sampler.samples, load.details.get("levels", {}), space.probes.load.target_concurrency)
+    flat, per_level = telemetry.summarize_levels(
+        sampler.samples, load.details.get("levels", {}), space.probes.load.target_concurrency
+    )
     windows = {level: summary.get("window_at") for level, summary in load.details.get("levels", {}).items()}
     details = {"source": sampler.source, "levels": per_level, "trace": telemetry.trace(sampler.samples), "windows": windows}
     return ProbeResult("telemetry", flat, details)
@@ -198,7 +205,9 @@ def _crash(
         return None  # alive, and the target level measured: errors above it are the objective's constraints' business
     details: dict[str, Any] = {"probe_began_at": began, **(first or {})}
     evidence = server.failure_evidence(signature="crashed_under_load", details=details, since=began)
-    where = f" in {first['probe']}" + (f" at concurrency {first['concurrency']}" if first.get("concurrency") else "") if first else ""
+    where = (
+        f" in {first['probe']}" + (f" at concurrency {first['concurrency']}" if first.get("concurrency") else "") if first else ""
+    )
     what = "died" if server.died() else "answered only errors"  # after the evidence: it waited for an exit on its way
     return CrashedUnderLoad(f"the server {what} under load{where}: {evidence.describe()}", evidence=evidence)
 
@@ -210,8 +219,11 @@ def _first_error(results: list[ProbeResult], failed: tuple[str, BaseException] |
         for level, summary in (result.details.get("levels") or {}).items():
             if summary.get("first_error"):
                 return {
-                    "probe": result.probe, "concurrency": int(level), "first_error": summary["first_error"],
-                    "first_error_at_s": summary.get("first_error_at_s"), "error_rate": summary.get("error_rate"),
+                    "probe": result.probe,
+                    "concurrency": int(level),
+                    "first_error": summary["first_error"],
+                    "first_error_at_s": summary.get("first_error_at_s"),
+                    "error_rate": summary.get("error_rate"),
                     "fatal": "error rate" in str(result.details.get("stop_reason", "")),
                 }
     if failed is not None:

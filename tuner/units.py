@@ -6,7 +6,7 @@ import re
 
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
-__all__ = ["parse_bytes", "parse_duration", "format_duration"]
+__all__ = ["format_duration", "parse_bytes", "parse_duration"]
 
 _BYTES = TypeAdapter(ByteSize)
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")

@@ -180,8 +180,16 @@ def _drift(study: optuna.Study, noise: dict[str, Any]) -> float | None:
 
 
 def measure_reference(
-    study: optuna.Study, space: SearchSpace, objective: ObjectiveSet, run_dir: RunDir, executor: Executor,
-    *, runs: int, ledger: Ledger | None = None, on_run: Callable[[str, int, str], None] | None = None, when: str = "start",
+    study: optuna.Study,
+    space: SearchSpace,
+    objective: ObjectiveSet,
+    run_dir: RunDir,
+    executor: Executor,
+    *,
+    runs: int,
+    ledger: Ledger | None = None,
+    on_run: Callable[[str, int, str], None] | None = None,
+    when: str = "start",
 ) -> dict[str, Any] | None:
     """The noise floor: the reference config on ``runs`` fresh servers, at the start of a run
     (``when`` "start") or while it runs ("after<n>": after n trials; drift is checked against the start)."""
@@ -198,7 +206,10 @@ def top_candidates(study: optuna.Study, top: int) -> list[Candidate]:
     items = candidates(study)
     front = pareto_front(items, direction)
     rest = [c for c in items if c not in front]
-    key = lambda c: -direction[0] * c.values[0]  # noqa: E731
+
+    def key(c: Candidate) -> float:
+        return -direction[0] * c.values[0]
+
     return (sorted(front, key=key) + sorted(rest, key=key))[:top]
 
 
@@ -262,6 +273,17 @@ def race(
         tied = [chosen.number, *chosen.ties]
         if len(tied) < 2 or used + len(tied) > budget:
             return used
-        revalidate(study, space, objective, run_dir, executor, top=len(tied), repeats=1, ledger=ledger,
-                   with_reference=False, on_run=on_run, numbers=tied)
+        revalidate(
+            study,
+            space,
+            objective,
+            run_dir,
+            executor,
+            top=len(tied),
+            repeats=1,
+            ledger=ledger,
+            with_reference=False,
+            on_run=on_run,
+            numbers=tied,
+        )
         used += len(tied)

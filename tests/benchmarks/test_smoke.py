@@ -12,7 +12,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def _load(name: str):  # noqa: ANN202
+def _load(name: str):
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -30,8 +30,22 @@ def test_partitions_benchmark_runs(llama_server: Path, smollm2: Path, capsys: py
 def test_noise_benchmark_runs(llama_server: Path, smollm2: Path, tmp_path: Path) -> None:
     out = tmp_path / "noise.json"
     report = _load("noise").main(
-        ["--space", "cpu-llamacpp", "--params", '{"parallel": 2}', "--fresh", "2", "--windows", "1",
-         "--duration", "3", "--max-duration", "4", "--json", str(out)]
+        [
+            "--space",
+            "cpu-llamacpp",
+            "--params",
+            '{"parallel": 2}',
+            "--fresh",
+            "2",
+            "--windows",
+            "1",
+            "--duration",
+            "3",
+            "--max-duration",
+            "4",
+            "--json",
+            str(out),
+        ]
     )
     assert len(report["fresh"]) == 2 and len(report["windows"]) == 1 and out.is_file()
     # 3-4 s windows: a 1 s window on two busy cores (the suite under xdist) once counted no token at all
@@ -57,15 +71,36 @@ def test_recall_kv_benchmark_runs(llama_server: Path, smollm2: Path, capsys: pyt
 
 
 @pytest.mark.integration
-def test_kv_precision_benchmark_runs(llama_server: Path, smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_kv_precision_benchmark_runs(
+    llama_server: Path, smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import json
 
     out = tmp_path / "kv.json"
-    monkeypatch.setattr(sys, "argv", [
-        "kv_precision.py", "search_spaces/cpu-llamacpp.yaml", "cache-type-k+cache-type-v", "f16,q8_0", "--set", "ctx-size=1024",
-        "--set", "parallel=2", "--set", "threads=1", "--repeats", "1", "--depths", "0.5", "--distractors", "0", "--out", str(out),
-    ])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "kv_precision.py",
+            "search_spaces/cpu-llamacpp.yaml",
+            "cache-type-k+cache-type-v",
+            "f16,q8_0",
+            "--set",
+            "ctx-size=1024",
+            "--set",
+            "parallel=2",
+            "--set",
+            "threads=1",
+            "--repeats",
+            "1",
+            "--depths",
+            "0.5",
+            "--distractors",
+            "0",
+            "--out",
+            str(out),
+        ],
+    )
     monkeypatch.chdir(BENCHMARKS.parent)
     _load("kv_precision").main()
     rows = json.loads(out.read_text())["rows"]
@@ -96,8 +131,19 @@ def test_pick_replay_benchmark_runs(tmp_path: Path) -> None:
     import subprocess
 
     out = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "pick_replay.py"), "--seeds", "2", "--sigma", "0.05", "--json", str(tmp_path / "r.json")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(BENCHMARKS / "pick_replay.py"),
+            "--seeds",
+            "2",
+            "--sigma",
+            "0.05",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "noise-aware" in out.stdout and (tmp_path / "r.json").is_file()
@@ -114,7 +160,8 @@ def test_a_benchmark_stopped_by_sigterm_leaves_no_server(llama_server: Path, smo
 
     bench = subprocess.Popen(
         [sys.executable, str(BENCHMARKS / "crosscheck_guidellm.py"), "--skip-guidellm", "--duration", "30"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
     while not (servers := descendants(bench.pid)) and time.monotonic() < deadline:

@@ -47,7 +47,14 @@ def test_diagnose_from_stdin_vllm() -> None:
 
 
 def test_diagnose_sglang_json() -> None:
-    out = tune("diagnose", "--engine", "sglang", "--json", "-", stdin="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n")
+    out = tune(
+        "diagnose",
+        "--engine",
+        "sglang",
+        "--json",
+        "-",
+        stdin="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n",
+    )
     assert json.loads(out.stdout)["signature"] == "not_enough_memory"
 
 
@@ -111,7 +118,17 @@ def test_a_read_only_study_storage_is_one_line(tmp_path: Path) -> None:
     raw = tiny_space()
     space = tmp_path / "t.yaml"
     space.write_text(yaml.safe_dump(raw))
-    out = tune("run", "--space", str(space), "--study", "h200-vllm", "--storage", f"sqlite:///file:{db}?mode=ro&uri=true", "--force", cwd=tmp_path)
+    out = tune(
+        "run",
+        "--space",
+        str(space),
+        "--study",
+        "h200-vllm",
+        "--storage",
+        f"sqlite:///file:{db}?mode=ro&uri=true",
+        "--force",
+        cwd=tmp_path,
+    )
     _one_line(out, 1, "error: the study storage failed: OperationalError: attempt to write a readonly database")
 
 
@@ -188,7 +205,9 @@ def test_dry_run_lays_out_and_renders_without_starting_anything(tmp_path: Path) 
     out = tune("run", "--dry-run", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("space ") and lines[0].endswith("valid (llamacpp, 7 parameters, objectives load.output_tok_s, recall.effective_context)")
+    assert lines[0].startswith("space ") and lines[0].endswith(
+        "valid (llamacpp, 7 parameters, objectives load.output_tok_s, recall.effective_context)"
+    )
     assert "  partition 0: cpu 0,1, ports 31000+" in lines
     enqueued = yaml.safe_load((ROOT / "search_spaces" / "cpu-llamacpp.yaml").read_text())["enqueue"][0]
     first = lines[lines.index("config 0 (enqueued) on cpu 0,1:") + 1]
@@ -196,7 +215,9 @@ def test_dry_run_lays_out_and_renders_without_starting_anything(tmp_path: Path) 
     assert lines[-1].startswith("estimate: 10 trials x at least ")
     b300 = tune("run", "--space", "b300", "--dry-run", cwd=tmp_path)
     assert b300.returncode == 0, b300.stderr
-    assert "engine: sglang: not installed here" in b300.stdout and " --tp " in b300.stdout and "CUDA_VISIBLE_DEVICES=" in b300.stdout
+    assert (
+        "engine: sglang: not installed here" in b300.stdout and " --tp " in b300.stdout and "CUDA_VISIBLE_DEVICES=" in b300.stdout
+    )
     assert not (tmp_path / "runs").exists()
     bad = tune("run", "--space", "b300", "--dry-run", "--sampler", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -57,7 +57,11 @@ def test_sglang_real_failure_capacity_and_starved_config(copy) -> None:
     sglang = engines.get("sglang")
     failure = sglang.classify(_log("sglang", 2))
     assert failure.signature.name == "context_above_derived"
-    assert failure.details == {"asked_context_length": 2000000, "derived_context_length": 8192, engines.DISTANCE: 2000000 / 8192 - 1}
+    assert failure.details == {
+        "asked_context_length": 2000000,
+        "derived_context_length": 8192,
+        engines.DISTANCE: 2000000 / 8192 - 1,
+    }
     cap = sglang.capacity(_log("sglang", 0), None, None)
     assert (cap.kv_tokens, cap.max_running_requests, cap.context_per_request) == (855873, 256, 8192)
     study = load(copy("h200-sglang"), "h200-sglang")
@@ -104,7 +108,9 @@ def test_real_sglang_failure_that_no_signature_knows_is_named_by_its_exception()
 
     match = engines.get("sglang").classify(_rel_log("sglang", 1))
     assert match.signature.name == "raised_kv_cache_does_not_fit"
-    assert match.lines[0].text.startswith("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.05")
+    assert match.lines[0].text.startswith(
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.05"
+    )
     assert (match.details["asked"], match.details["viable"]) == (0.05, 0.1)
     assert grade(match.details) == pytest.approx(1.0)
 

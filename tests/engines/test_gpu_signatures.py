@@ -20,18 +20,63 @@ ENGINE_CORE = "RuntimeError: Engine core initialization failed. See root cause a
 @pytest.mark.parametrize(
     ("engine", "text", "signature", "category"),
     [
-        ("vllm", "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n" + ENGINE_CORE, "no_kv_cache_memory", Category.KV_CACHE),
+        (
+            "vllm",
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing "
+            "the engine.\n" + ENGINE_CORE,
+            "no_kv_cache_memory",
+            Category.KV_CACHE,
+        ),
         ("vllm", VLLM_MAX_LEN + "\n" + ENGINE_CORE, "max_model_len_exceeds_kv", Category.CONTEXT_TOO_LONG),
         ("vllm", VLLM_MAX_LEN.replace("model's", "models's"), "max_model_len_exceeds_kv", Category.CONTEXT_TOO_LONG),
-        ("vllm", "ValueError: Free memory on device cuda:0 (10.5/139.8 GiB) on startup is less than desired GPU memory utilization (0.9, 125.8 GiB).", "free_memory_below_utilization", Category.OUT_OF_MEMORY),
-        ("vllm", "pydantic_core._pydantic_core.ValidationError: Value error, User-specified max_model_len (2000000) is greater than the derived max_model_len (max_position_embeddings=8192 in model's config.json).", "max_model_len_above_derived", Category.CONTEXT_TOO_LONG),
+        (
+            "vllm",
+            "ValueError: Free memory on device cuda:0 (10.5/139.8 GiB) on startup is less than desired GPU memory utilization "
+            "(0.9, 125.8 GiB).",
+            "free_memory_below_utilization",
+            Category.OUT_OF_MEMORY,
+        ),
+        (
+            "vllm",
+            "pydantic_core._pydantic_core.ValidationError: Value error, User-specified max_model_len (2000000) is greater than "
+            "the derived max_model_len (max_position_embeddings=8192 in model's config.json).",
+            "max_model_len_above_derived",
+            Category.CONTEXT_TOO_LONG,
+        ),
         ("vllm", "ValueError: Failed to load model - not enough GPU memory", "model_load_oom", Category.OUT_OF_MEMORY),
-        ("vllm", "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests.", "cuda_oom", Category.OUT_OF_MEMORY),
-        ("vllm", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" + ENGINE_CORE, "cuda_oom", Category.OUT_OF_MEMORY),
+        (
+            "vllm",
+            "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests.",
+            "cuda_oom",
+            Category.OUT_OF_MEMORY,
+        ),
+        (
+            "vllm",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" + ENGINE_CORE,
+            "cuda_oom",
+            Category.OUT_OF_MEMORY,
+        ),
         ("vllm", ENGINE_CORE, "engine_core_init_failed", Category.CRASH),
-        ("sglang", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "not_enough_memory", Category.KV_CACHE),
-        ("sglang", "ValueError: Warning: User-specified context_length (2000000) is greater than the derived context_length (8192). This may lead to incorrect model outputs or CUDA errors.", "context_above_derived", Category.CONTEXT_TOO_LONG),
-        ("sglang", "Exception: Capture cuda graph failed: CUDA out of memory.\nPossible solutions:\n1. set --mem-fraction-static to a smaller value", "cuda_graph_capture_failed", Category.OUT_OF_MEMORY),
+        (
+            "sglang",
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            "not_enough_memory",
+            Category.KV_CACHE,
+        ),
+        (
+            "sglang",
+            "ValueError: Warning: User-specified context_length (2000000) is greater than the derived context_length (8192). "
+            "This may lead to incorrect model outputs or CUDA errors.",
+            "context_above_derived",
+            Category.CONTEXT_TOO_LONG,
+        ),
+        (
+            "sglang",
+            "Exception: Capture cuda graph failed: CUDA out of memory.\nPossible solutions:\n1. set --mem-fraction-static to a "
+            "smaller value",
+            "cuda_graph_capture_failed",
+            Category.OUT_OF_MEMORY,
+        ),
         ("sglang", "Received sigquit from a child process. It usually means the child failed.", "child_failed", Category.CRASH),
         ("sglang", "Scheduler hit an exception: Traceback (most recent call last):", "child_failed", Category.CRASH),
     ],
@@ -119,21 +164,30 @@ def test_allowed_long_max_model_len_is_a_warning_not_a_failure() -> None:
 
 
 def test_allowed_long_sglang_context_is_a_warning_not_a_failure() -> None:
-    line = "[2026-11-29 09:42:13] Warning: User-specified context_length (2000000) is greater than the derived context_length (8192)."
+    line = (
+        "[2026-11-29 09:42:13] Warning: User-specified context_length (2000000) is greater than the derived context_length "
+        "(8192)."
+    )
     assert engines.get("sglang").classify(line) is None
 
 
 # SGLang 0.5.17 (mem_cache/kv_cache_configurator.py) raises this when the weights leave no room for
 # the KV cache; no signature knows its words, and the scheduler's crash line comes first.
-SGLANG_MEM_FRACTION = """[2026-11-29 10:00:00] Scheduler hit an exception: Traceback (most recent call last):
-  File "/tmp/site/sglang/srt/managers/scheduler.py", line 3000, in run_scheduler_process
-    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)
-  File "/tmp/site/sglang/srt/mem_cache/kv_cache_configurator.py", line 1647, in _profile_available_bytes
-    raise ValueError(
-ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.1. Raise --mem-fraction-static above 0.170 (minimum viable = 1 - available/pre = 0.1693). If using speculative decoding, draft weights are now counted.
-
-[2026-11-29 10:00:01] Received sigquit from a child process. It usually means the child failed.
-"""
+SGLANG_MEM_FRACTION = "\n".join(
+    (
+        "[2026-11-29 10:00:00] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/tmp/site/sglang/srt/managers/scheduler.py", line 3000, in run_scheduler_process',
+        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)",
+        '  File "/tmp/site/sglang/srt/mem_cache/kv_cache_configurator.py", line 1647, in _profile_available_bytes',
+        "    raise ValueError(",
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.1. "
+        "Raise --mem-fraction-static above 0.170 (minimum viable = 1 - available/pre = 0.1693). If using "
+        "speculative decoding, draft weights are now counted.",
+        "",
+        "[2026-11-29 10:00:01] Received sigquit from a child process. It usually means the child failed.",
+        "",
+    )
+)
 
 
 def test_unknown_wording_is_headed_by_the_raised_exception_and_graded_by_its_numbers() -> None:
@@ -171,5 +225,5 @@ def test_vllm_root_cause_beats_the_api_servers_reraise() -> None:
     ],
 )
 def test_a_raised_exception_is_classified_by_its_words(words: str, category: str) -> None:
-    match = engines.get("sglang").classify("INFO starting\nTraceback (most recent call last):\n  File \"x.py\"\n" + words + "\n")
+    match = engines.get("sglang").classify('INFO starting\nTraceback (most recent call last):\n  File "x.py"\n' + words + "\n")
     assert match.signature.category == category and match.lines[0].text == words

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, tiny_space
 from tuner import engines
 from tuner.engines import Category
 from tuner.space import validate
-from tests.conftest import tiny_space
 
 LOGS = FIXTURES / "llamacpp"
 adapter = engines.get("llamacpp")
@@ -72,6 +71,6 @@ def test_command_is_an_argv_list_with_flags_rendered_once() -> None:
 def test_secrets_are_redacted_from_the_shell_line() -> None:
     space = validate(tiny_space(), "t.yaml")
     cmd = adapter.command({}, space=space, model_path="/m.gguf", port=1, secrets=("sk-secret",))
-    cmd = type(cmd)(cmd.argv + ("--api-key", "sk-secret"), cmd.env, cmd.secrets)
+    cmd = type(cmd)((*cmd.argv, "--api-key", "sk-secret"), cmd.env, cmd.secrets)
     assert "sk-secret" not in cmd.shell_line()
     assert "***" in cmd.shell_line()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.exceptions import ProvisionError
 from tuner.engines import llamacpp_provision as provision
+from tuner.exceptions import ProvisionError
 
 
 @pytest.fixture()
@@ -17,7 +17,9 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize(("missing", "words"), [("cmake", "cmake is not installed: install it"), ("c++", "no C++ compiler found: install one")])
+@pytest.mark.parametrize(
+    ("missing", "words"), [("cmake", "cmake is not installed: install it"), ("c++", "no C++ compiler found: install one")]
+)
 def test_missing_tool_is_one_line(empty_cache: Path, monkeypatch: pytest.MonkeyPatch, missing: str, words: str) -> None:
     real_which = provision.shutil.which
     gone = {"cmake"} if missing == "cmake" else {"c++", "g++", "clang++"}

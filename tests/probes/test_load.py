@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import handle, llama_server_process, tiny_space
 from tuner.probes import LoadProbe
-from tuner.stats import percentiles
 from tuner.probes._prompts import PromptMaker, Vocabulary
-from tuner.stats import batch_means, t975
 from tuner.probes.load import RequestRecord, per_gpu, summarize
 from tuner.records import ProbeResult
 from tuner.space import LoadProbeSpec, validate
+from tuner.stats import batch_means, percentiles, t975
 
 
 def test_percentiles_interpolate_like_numpy() -> None:
@@ -158,7 +158,7 @@ def test_missing_dataset_is_a_space_error() -> None:
 
     raw = tiny_space()
     raw["probes"]["load"]["dataset"] = "/nope.jsonl"
-    with pytest.raises(SpaceError, match="probes.load.dataset: dataset file '/nope.jsonl' does not exist"):
+    with pytest.raises(SpaceError, match=re.escape("probes.load.dataset: dataset file '/nope.jsonl' does not exist")):
         validate(raw, "t.yaml")
 
 
@@ -233,7 +233,9 @@ def test_a_client_still_running_after_the_grace_is_reported(caplog: pytest.LogCa
 
 
 @pytest.mark.integration
-def test_a_lost_cancel_does_not_keep_the_level_running(tmp_path: Path, llama_server: Path, smollm2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lost_cancel_does_not_keep_the_level_running(
+    tmp_path: Path, llama_server: Path, smollm2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On the real llama-server, one client whose cancel is lost (as seen on the H200): the level
     still ends near its window, and no request starts after it ended."""
     import asyncio
@@ -274,7 +276,9 @@ def test_throughput_per_gpu_divides_the_target_level_by_the_partition() -> None:
     """The x2 night's trial 3 (tp 2): 2,000 +- 1,956 tok/s from one server is 1,000 +- 978 per GPU."""
     load = ProbeResult("load", {"output_tok_s": 1999.6, "output_tok_s_ci": 1956.0, "ttft_p99": 0.24}, {"levels": {}})
     two = per_gpu(load, 2)
-    assert two.metrics["output_tok_s_per_gpu"] == pytest.approx(999.8) and two.metrics["output_tok_s_per_gpu_ci"] == pytest.approx(978.0)
+    assert two.metrics["output_tok_s_per_gpu"] == pytest.approx(999.8) and two.metrics[
+        "output_tok_s_per_gpu_ci"
+    ] == pytest.approx(978.0)
     assert two.metrics["ttft_p99"] == 0.24 and two.details["gpus"] == 2  # latencies are per request: unchanged
     assert per_gpu(load, 1).metrics["output_tok_s_per_gpu"] == 1999.6
     failed = ProbeResult("load", {"error_rate": 1.0})

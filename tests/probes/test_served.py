@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import handle, llama_server_process
-from tuner.probes import ServedContextProbe
+from tests.conftest import handle, llama_server_process, tiny_space
+from tuner.probes import ServedContextProbe, from_space
 from tuner.space import validate
 from tuner.space.schema import ServedContextProbeSpec
-from tuner.probes import from_space
-from tests.conftest import tiny_space
 
 
 @pytest.mark.integration
-def test_full_context_at_concurrency_is_served_and_a_larger_claim_fails(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+def test_full_context_at_concurrency_is_served_and_a_larger_claim_fails(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 1024, "parallel": 2}) as server:
         server.wait_ready()
         real = handle(server)
@@ -28,7 +28,9 @@ def test_full_context_at_concurrency_is_served_and_a_larger_claim_fails(tmp_path
         edge = replace(real, capacity=replace(real.capacity, context_per_request=515))  # the prompt fits, the output not
         cut = ServedContextProbe(ServedContextProbeSpec(output_tokens=8, concurrency=2)).run(edge)
     assert result.metrics["ok"] == 1.0 and result.metrics["context"] == 512 and result.metrics["requests"] == 2
-    assert result.details["prompt_tokens_seen"] == [512 - 8] and result.metrics["truncated"] == 0, result.details  # exactly context - output
+    assert result.details["prompt_tokens_seen"] == [512 - 8] and result.metrics["truncated"] == 0, (
+        result.details
+    )  # exactly context - output
     assert refused.metrics["ok"] == 0.0 and refused.metrics["context"] == 0 and refused.metrics["errors"] == 2
     assert "HTTP 400" in refused.details["first_error"], refused.details
     # llama.cpp ends the output where the slot is full: what it served is the slot, not the claim

@@ -67,7 +67,9 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("where", "value", "key", "words"), MALFORMED, ids=[m[0] + ":" + str(i) for i, m in enumerate(MALFORMED)])
+@pytest.mark.parametrize(
+    ("where", "value", "key", "words"), MALFORMED, ids=[m[0] + ":" + str(i) for i, m in enumerate(MALFORMED)]
+)
 def test_malformed_space_names_file_key_and_problem(where: str, value: object, key: str, words: str) -> None:
     with pytest.raises(SpaceError) as info:
         spaces.validate(_mutate(where, value), "bad.yaml")
@@ -118,7 +120,10 @@ def test_a_mixed_trial_size_ranked_per_server_is_warned(caplog: pytest.LogCaptur
 
 def test_throughput_per_gpu_is_for_gpu_spaces() -> None:
     raw = yaml.safe_load((ROOT / "search_spaces" / "cpu-llamacpp.yaml").read_text())
-    with pytest.raises(SpaceError, match=r"cpu-llamacpp.yaml: objectives: .*'load.output_tok_s_per_gpu', which this space's probes do not measure"):
+    with pytest.raises(
+        SpaceError,
+        match=r"cpu-llamacpp.yaml: objectives: .*'load.output_tok_s_per_gpu', which this space's probes do not measure",
+    ):
         spaces.validate({**raw, "objectives": "throughput-per-gpu-slo"}, "cpu-llamacpp.yaml")
 
 
@@ -173,7 +178,9 @@ def test_the_x2_space_mixes_tp_sizes_that_pack_both_gpus(tmp_path: Path) -> None
     assert pool.acquire(2).devices == (0, 1)
 
 
-GPU_SPACES = sorted(p for p in (ROOT / "search_spaces").glob("*.yaml") if yaml.safe_load(p.read_text())["hardware"]["kind"] == "gpu")
+GPU_SPACES = sorted(
+    p for p in (ROOT / "search_spaces").glob("*.yaml") if yaml.safe_load(p.read_text())["hardware"]["kind"] == "gpu"
+)
 
 
 @pytest.mark.parametrize("path", GPU_SPACES, ids=lambda p: p.stem)

@@ -22,25 +22,40 @@ from tuner.exceptions import (
     TeardownError,
     TrialTimeout,
 )
-from tuner.trials import Kind, Verdict, enqueue, read_study, read_trials, requeue, running_trial, save_noise, save_revalidation, state_for, tell
+from tuner.trials import (
+    Kind,
+    Verdict,
+    enqueue,
+    read_study,
+    read_trials,
+    requeue,
+    running_trial,
+    save_noise,
+    save_revalidation,
+    state_for,
+    tell,
+)
 
 EV = Evidence(argv=("x",), elapsed_s=1.0, signature="kv_cache_oom", summary="no room", details={DISTANCE: 0.5})
 
 
-@pytest.mark.parametrize(("error", "state"), [
-    (None, TrialState.COMPLETE),
-    (StartupFailed("x", evidence=EV), TrialState.PRUNED),
-    (StartupTimeout("x", evidence=EV), TrialState.PRUNED),
-    (TrialTimeout("x", evidence=EV), TrialState.PRUNED),
-    (CrashedUnderLoad("x", evidence=EV), TrialState.PRUNED),
-    (ScreenedOut("x", evidence=EV), TrialState.PRUNED),
-    (InvalidCombination("a <= b"), TrialState.PRUNED),
-    (ProbeError("x", evidence=EV), TrialState.FAIL),
-    (TeardownError("x", evidence=EV), TrialState.FAIL),
-    (InfrastructureError("lost worker"), TrialState.FAIL),
-    (ConfigError("x"), TrialState.FAIL),
-    (KeyError("load.output_tok_s"), TrialState.FAIL),
-])
+@pytest.mark.parametrize(
+    ("error", "state"),
+    [
+        (None, TrialState.COMPLETE),
+        (StartupFailed("x", evidence=EV), TrialState.PRUNED),
+        (StartupTimeout("x", evidence=EV), TrialState.PRUNED),
+        (TrialTimeout("x", evidence=EV), TrialState.PRUNED),
+        (CrashedUnderLoad("x", evidence=EV), TrialState.PRUNED),
+        (ScreenedOut("x", evidence=EV), TrialState.PRUNED),
+        (InvalidCombination("a <= b"), TrialState.PRUNED),
+        (ProbeError("x", evidence=EV), TrialState.FAIL),
+        (TeardownError("x", evidence=EV), TrialState.FAIL),
+        (InfrastructureError("lost worker"), TrialState.FAIL),
+        (ConfigError("x"), TrialState.FAIL),
+        (KeyError("load.output_tok_s"), TrialState.FAIL),
+    ],
+)
 def test_every_ending_has_one_state(error: BaseException | None, state: TrialState) -> None:
     assert state_for(error) == state
 
@@ -67,7 +82,14 @@ def test_each_kind_of_verdict_reads_back_as_its_record(tmp_path: Path) -> None:
 
     r = read_trials(study)
     assert [t.kind for t in r] == [Kind.LAUNCHED, Kind.LAUNCHED, Kind.INVALID, Kind.SCREENED, Kind.COPY, Kind.LAUNCHED]
-    assert [t.state for t in r] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED, TrialState.PRUNED, TrialState.COMPLETE, TrialState.FAIL]
+    assert [t.state for t in r] == [
+        TrialState.COMPLETE,
+        TrialState.PRUNED,
+        TrialState.PRUNED,
+        TrialState.PRUNED,
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+    ]
     assert [t.finished for t in r] == [True, True, False, False, False, False]
     assert r[0].values == (5.0,) and r[0].feasible and r[0].constraints == {"ttft <= 1": 0.0, "server starts": 0.0}
     assert r[1].signature == "kv_cache_oom" and r[1].constraints == {"server starts": 0.5} and not r[1].feasible

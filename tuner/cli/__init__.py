@@ -27,6 +27,8 @@ app = typer.Typer(
     help="Find the best serving configuration of an LLM inference engine by measuring real servers.",
     pretty_exceptions_enable=False,
 )
+
+
 @app.callback(invoke_without_command=True)
 def _root(
     ctx: typer.Context,

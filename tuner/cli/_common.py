@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import logging
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +44,19 @@ def echo_table(rows: list[dict[str, object]], *, floats: str = "{:,.1f}", width:
     cells = [[_cell(row.get(name), floats) for name in columns] for row in rows]
     numeric = [all(isinstance(r.get(name), (int, float)) or r.get(name) is None for r in rows) for name in columns]
     keep = [numeric[i] or name in ("state", "#") or _numeric_text(c[i] for c in cells) for i, name in enumerate(columns)]
-    widths = _fit([len(name) for name in columns], [max([0, *(len(c[i]) for c in cells)]) for i in range(len(columns))], keep, width) if width else None
+    widths = (
+        _fit([len(name) for name in columns], [max([0, *(len(c[i]) for c in cells)]) for i in range(len(columns))], keep, width)
+        if width
+        else None
+    )
     for i, name in enumerate(columns):
-        table.add_column(name, justify="right" if numeric[i] else "left", no_wrap=True, overflow="ellipsis",
-                         width=widths[i] if widths else None)
+        table.add_column(
+            name,
+            justify="right" if numeric[i] else "left",
+            no_wrap=True,
+            overflow="ellipsis",
+            width=widths[i] if widths else None,
+        )
     for row in cells:
         table.add_row(*row)
     if width:
@@ -77,7 +85,9 @@ def _fit(headers: list[int], cells: list[int], keep: list[bool], width: int, gap
 
 def _numeric_text(values: Iterable[str]) -> bool:
     """A column of formatted numbers (``4,147.0 +-405``, ``0.0202``): cut, it would lie."""
-    return all(not v or v.replace(",", "").replace(".", "").replace("+-", "").replace(" ", "").replace("-", "").isdigit() for v in values)
+    return all(
+        not v or v.replace(",", "").replace(".", "").replace("+-", "").replace(" ", "").replace("-", "").isdigit() for v in values
+    )
 
 
 def _cell(value: object, floats: str) -> str:
@@ -106,7 +116,9 @@ class _ProvisionBar:
         from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
         if self._bar is None:
-            self._bar = Progress(TaskProgressColumn(), BarColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
+            self._bar = Progress(
+                TaskProgressColumn(), BarColumn(), TextColumn("{task.description}"), console=Console(stderr=True)
+            )
             self._bar.start()
             self._task = self._bar.add_task(line[:70], total=1.0)
         self._bar.update(self._task, completed=min(max(fraction, 0.0), 1.0), description=line[:70])
@@ -146,7 +158,7 @@ def run_dir_of(study: str, storage: str | None) -> Path | None:
     if storage is None:
         return RunDir.for_study(study).root
     if storage.startswith("sqlite:///"):
-        path = storage[len("sqlite:///"):].split("?", 1)[0]
+        path = storage[len("sqlite:///") :].split("?", 1)[0]
         return Path(path.removeprefix("file:")).parent
     return None
 

@@ -9,12 +9,13 @@ from tuner.cli._common import echo, open_existing, stored_objective_set, stored_
 from tuner.compare import compare as compare_picks
 from tuner.exceptions import ConfigError
 from tuner.executors import InlineExecutor
-from tuner.objectives import ObjectiveSet
 
 
 def compare(
     studies: list[str] = typer.Option(..., "--study", help="study name, or NAME=STORAGE_URL; two or more"),
-    storage: str = typer.Option(None, "--storage", help="Optuna storage URL of the studies given by name (default: runs/<study>/study.db)"),
+    storage: str = typer.Option(
+        None, "--storage", help="Optuna storage URL of the studies given by name (default: runs/<study>/study.db)"
+    ),
     repeats: int = typer.Option(3, "--repeats", min=1, help="fresh servers per pick, interleaved"),
     how: str = typer.Option("knee", "--pick", help="knee | max-throughput | max-context"),
 ) -> None:
@@ -27,13 +28,26 @@ def compare(
     objective = stored_objective_set(first)
     run_dir = RunDir.for_study("compare-" + "-".join(opened))
     results, floor, verdicts = compare_picks(
-        opened, space, objective, run_dir, InlineExecutor(), repeats=repeats, how=how,
+        opened,
+        space,
+        objective,
+        run_dir,
+        InlineExecutor(),
+        repeats=repeats,
+        how=how,
         on_run=lambda label, r, text: echo(f"{label} run {r + 1}/{repeats}: {text}"),
     )
     names = list(objective.metric_names)
-    echo(f"\nnoise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} ({floor.dof} degrees of freedom)" if floor.known else "\nnoise floor: unknown")
+    echo(
+        f"\nnoise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} ({floor.dof} degrees of freedom)"
+        if floor.known
+        else "\nnoise floor: unknown"
+    )
     for r in results:
-        values = ", ".join(f"{n} {m:,.1f} +- {h:,.1f}" for n, m, h in zip(names, r.mean, r.half_width, strict=True)) or "every run failed"
+        values = (
+            ", ".join(f"{n} {m:,.1f} +- {h:,.1f}" for n, m, h in zip(names, r.mean, r.half_width, strict=True))
+            or "every run failed"
+        )
         echo(f"{r.study}: trial {r.candidate.number} {r.candidate.trial.params}: {values} ({len(r.runs)} runs)")
     for line in verdicts:
         echo(line)

@@ -49,5 +49,9 @@ def diagnose(
             echo(f"  {line.number:>6}: {line.text.strip()[:200]}")
         for key, value in match.details.items():
             echo(f"  {key} = {value}")
-    found = {k: v for k, v in capacity.to_dict().items() if k in ("kv_tokens", "max_running_requests", "context_per_request") and v is not None}
+    found = {
+        k: v
+        for k, v in capacity.to_dict().items()
+        if k in ("kv_tokens", "max_running_requests", "context_per_request") and v is not None
+    }
     echo("capacity:  " + (", ".join(f"{k}={v}" for k, v in found.items()) if found else "no capacity lines found"))

@@ -44,7 +44,8 @@ def trials(
     fmt: str = typer.Option("csv", "--format", "-f", help="csv | parquet | json"),
     out: Path = typer.Option(None, "--out", "-o", help="file to write (parquet needs one); default standard output"),
 ) -> None:
-    """Every trial with params, every metric (per level, latencies, telemetry), timings, datetimes, state and failure signature."""
+    """Every trial with params, every metric (per level, latencies, telemetry), timings, datetimes,
+    state and failure signature."""
     frame = trials_frame(open_existing(study, storage), every_metric=True)
     if fmt == "csv":
         text = frame.to_csv(index=False)

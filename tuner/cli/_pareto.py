@@ -17,8 +17,14 @@ from tuner.trials import read_trials
 
 def pareto(
     studies: list[str] = typer.Option(..., "--study", help="study name, or NAME=STORAGE_URL; repeat to overlay"),
-    storage: str = typer.Option(None, "--storage", help="Optuna storage URL of the studies given by name (default: runs/<study>/study.db)"),
-    x: str = typer.Option(None, "--x", help="metric on x (default: the first study's context metric: its context objective, else the configured context)"),
+    storage: str = typer.Option(
+        None, "--storage", help="Optuna storage URL of the studies given by name (default: runs/<study>/study.db)"
+    ),
+    x: str = typer.Option(
+        None,
+        "--x",
+        help="metric on x (default: the first study's context metric: its context objective, else the configured context)",
+    ),
     y: str = typer.Option(None, "--y", help="metric on y (default: the first study's throughput objective)"),
     out: Path = typer.Option(None, "--out", help="file prefix for .png and .html (default runs/pareto-<studies>)"),
     ref_x: float = typer.Option(0.0, "--ref-x", help="hypervolume reference point, x"),
@@ -54,7 +60,7 @@ def pareto(
     echo(f"\nwrote {prefix.with_suffix('.png')} and {prefix.with_suffix('.html')}")
 
 
-def _check_metric(studies: dict, flag: str, metric: str) -> None:  # noqa: ANN001
+def _check_metric(studies: dict, flag: str, metric: str) -> None:
     """A metric no measured trial of a study has would draw empty plots: refuse it by name."""
     for name, study in studies.items():
         known = set()

@@ -14,16 +14,16 @@ from tuner import space as spaces
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
-from tuner.devices import GpuHygiene
-from tuner.dryrun import dry_run as plan
-from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
 from tuner.credentials import mask
+from tuner.devices import GpuHygiene
+from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
+from tuner.dryrun import dry_run as plan
 from tuner.exceptions import ConfigError
-from tuner.pick import candidates, pareto_front, signs
 from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
 from tuner.lock import StudyLock
 from tuner.partitions import make_partitions
+from tuner.pick import candidates, pareto_front, signs
 from tuner.progress import describe
 from tuner.screen import screen_for
 from tuner.study import open_study
@@ -41,12 +41,22 @@ def run(
     timeout: str = typer.Option(None, "--timeout", help="stop launching after this long, e.g. 8h, 15m"),
     sampler: str = typer.Option(None, "--sampler", help="tpe | nsga2 | random | gp (default: the space's)"),
     force: bool = typer.Option(False, "--force", help="continue a study even though its space changed"),
-    executor: str = typer.Option("ray", "--executor", help="ray (partitions in parallel) | inline (one at a time, in this process)"),
-    ray_address: str = typer.Option(None, "--ray-address", help="an existing Ray cluster (default: a local one, started and stopped here)"),
+    executor: str = typer.Option(
+        "ray", "--executor", help="ray (partitions in parallel) | inline (one at a time, in this process)"
+    ),
+    ray_address: str = typer.Option(
+        None, "--ray-address", help="an existing Ray cluster (default: a local one, started and stopped here)"
+    ),
     no_screen: bool = typer.Option(False, "--no-screen", help="launch every proposal, even those predicted to fail"),
-    no_remeasure: bool = typer.Option(False, "--no-remeasure", help="skip the fresh-server re-measurements (noise floor, front candidates)"),
-    artifacts: Path = typer.Option(None, "--artifacts", help="the study's artifact store, a path every driver can reach (default runs/<study>/artifacts)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="validate, lay out partitions, print the first configs' argv and an estimate; start nothing"),
+    no_remeasure: bool = typer.Option(
+        False, "--no-remeasure", help="skip the fresh-server re-measurements (noise floor, front candidates)"
+    ),
+    artifacts: Path = typer.Option(
+        None, "--artifacts", help="the study's artifact store, a path every driver can reach (default runs/<study>/artifacts)"
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="validate, lay out partitions, print the first configs' argv and an estimate; start nothing"
+    ),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug logs"),
 ) -> None:
     """Tune a space: launch real servers, probe them, keep the evidence under runs/<study>/."""
@@ -59,24 +69,50 @@ def run(
     budget = trials or the_space.budget.trials
     limit = _duration(timeout) if timeout else the_space.budget.timeout
     if dry_run:  # before anything is created: no runs/ folder, no study, no server
-        for line in plan(the_space, path, objective, budget=budget, timeout=limit,
-                         max_parallel=_max_parallel(the_space) if executor == "ray" else 1, sampler=sampler):
+        for line in plan(
+            the_space,
+            path,
+            objective,
+            budget=budget,
+            timeout=limit,
+            max_parallel=_max_parallel(the_space) if executor == "ray" else 1,
+            sampler=sampler,
+        ):
             echo(line)
         return
     run_dir = RunDir.for_study(name, artifacts=artifacts)
     run_dir.root.mkdir(parents=True, exist_ok=True)
     if ray_address and not (storage or "").startswith(("postgresql", "mysql")):
-        echo(f"warning: --ray-address with SQLite storage ({mask(storage or run_dir.db_url)}): trials on other nodes report to this "
-             "driver, but no driver on another machine can share the study; for several drivers use --storage postgresql://...")
+        echo(
+            f"warning: --ray-address with SQLite storage ({mask(storage or run_dir.db_url)}): trials on other nodes report to "
+            "this "
+            "driver, but no driver on another machine can share the study; for several drivers use --storage postgresql://..."
+        )
     with StudyLock(run_dir.root / "run.lock", name) as lock:
         the_study = open_study(
             the_space, objective, name=name, storage=storage or run_dir.db_url, source=str(path), force=force, sampler=sampler
         )
         lock.lease(the_study)
-        _run_locked(the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure, lock)
+        _run_locked(
+            the_space,
+            path,
+            the_study,
+            objective,
+            run_dir,
+            name,
+            budget,
+            limit,
+            executor,
+            ray_address,
+            no_screen,
+            no_remeasure,
+            lock,
+        )
 
 
-def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure, lock) -> None:  # noqa: ANN001, PLR0913
+def _run_locked(
+    the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure, lock
+) -> None:
     """The run itself, while this process holds the study (recovery must never touch another run's servers)."""
     engines.get(the_space.engine).provision(progress_bar)
     ledger = Ledger(run_dir.root / "servers")
@@ -89,11 +125,19 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
     for note in fail_interrupted(the_study, run_dir, getattr(runner, "leftovers", None)):
         echo(f"  recovered: {note}")
     driver = Driver(
-        the_space, the_study, objective, run_dir, runner, ledger=ledger,
+        the_space,
+        the_study,
+        objective,
+        run_dir,
+        runner,
+        ledger=ledger,
         # on a cluster each trial checks its own node's GPUs (tuner.executors); NVML here sees only this host
         hygiene=GpuHygiene(the_space.hardware.devices) if the_space.hardware.kind == "gpu" and ray_address is None else None,
         screen=None if no_screen or not the_space.sampler.screen else screen_for(the_space.engine),
-        trials=budget, timeout=limit, trial_timeout=the_space.budget.trial_timeout, on_trial=_report,
+        trials=budget,
+        timeout=limit,
+        trial_timeout=the_space.budget.trial_timeout,
+        on_trial=_report,
         on_tick=PhaseLine(engines.get(the_space.engine).startup_phases),
     )
     lock.on_lost = driver.request_stop  # taken over after a stall: stop before telling trials another driver now owns
@@ -116,8 +160,13 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
     previous = {sig: signal.signal(sig, stop) for sig in _SIGNALS} if executor == "ray" else {}
     try:
         if plan is not None and not read_study(the_study, trials=False).noise and plan.reference_runs and the_space.enqueue:
-            echo(f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) before the search")
-            measure_reference(the_study, the_space, objective, run_dir, runner, runs=plan.reference_runs, ledger=ledger, on_run=_remeasured)
+            echo(
+                f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) before the "
+                "search"
+            )
+            measure_reference(
+                the_study, the_space, objective, run_dir, runner, runs=plan.reference_runs, ledger=ledger, on_run=_remeasured
+            )
         summary = _search(driver, the_study, the_space, objective, run_dir, runner, ledger, plan, budget)
         if plan is not None and not driver.stop_requested:
             _remeasure_front(the_study, the_space, objective, run_dir, runner, ledger, plan, budget)
@@ -127,8 +176,10 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
         runner.shutdown()
     echo(f"\nstopped: {summary.stop_reason}; {summary.launched} launched in {format_duration(summary.wall_s)}")
     print_table(the_study)
-    echo(f"\nevidence: {run_dir.root}/ (trials.csv, trials/<n>/server.log, outcome.json, evidence.json), and in the study's "
-         f"artifact store {run_dir.artifacts}/ (optuna-dashboard STORAGE --artifact-dir {run_dir.artifacts})")
+    echo(
+        f"\nevidence: {run_dir.root}/ (trials.csv, trials/<n>/server.log, outcome.json, evidence.json), and in the study's "
+        f"artifact store {run_dir.artifacts}/ (optuna-dashboard STORAGE --artifact-dir {run_dir.artifacts})"
+    )
     if received:  # scripts must tell a stopped run from a finished one: 128 + the signal, as shells do
         raise typer.Exit(128 + received[0])
 
@@ -136,11 +187,15 @@ def _run_locked(the_space, path, the_study, objective, run_dir, name, budget, li
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _search(driver, study, space, objective, run_dir, runner, ledger, plan, budget) -> RunSummary:  # noqa: ANN001
+def _search(driver, study, space, objective, run_dir, runner, ledger, plan, budget) -> RunSummary:
     """The search; where the space asks (remeasure.every), paused after every K trials to run the
     reference on a fresh server again, so drift during a long night is seen, not guessed."""
     total = RunSummary()
-    pauses = [n for n in (plan.pauses(budget) if plan is not None and read_study(study, trials=False).noise else []) if n > driver.finished()]
+    pauses = [
+        n
+        for n in (plan.pauses(budget) if plan is not None and read_study(study, trials=False).noise else [])
+        if n > driver.finished()
+    ]
     for pause in [*pauses, None]:
         summary = driver.run(pause_at=pause)
         total.launched += summary.launched
@@ -151,13 +206,15 @@ def _search(driver, study, space, objective, run_dir, runner, ledger, plan, budg
         if summary.stop_reason != PAUSED:
             break
         echo(f"reference again after {driver.finished()} trials (fresh server): drift check")
-        noise = measure_reference(study, space, objective, run_dir, runner, runs=1, ledger=ledger, on_run=_remeasured, when=f"after{driver.finished()}")
+        noise = measure_reference(
+            study, space, objective, run_dir, runner, runs=1, ledger=ledger, on_run=_remeasured, when=f"after{driver.finished()}"
+        )
         if noise and noise.get("drift") is not None:
             echo(f"  drift: the reference moved {noise['drift']:+.1%} since the start, beyond the noise")
     return total
 
 
-def _remeasure_front(study, space, objective, run_dir, runner, ledger, plan, budget) -> None:  # noqa: ANN001
+def _remeasure_front(study, space, objective, run_dir, runner, ledger, plan, budget) -> None:
     """The front candidates and the reference again on fresh servers, interleaved."""
     front = len(pareto_front(candidates(study), signs(study)))
     top, repeats = plan.plan(budget, front)
@@ -206,7 +263,10 @@ def _check_telemetry(space: spaces.SearchSpace, objective: objectives.ObjectiveS
         return
     sampler = telemetry.for_partition(space.hardware.kind, space.hardware.devices[:1])
     if sampler.reader is None:
-        raise ConfigError(f"objectives: {objective.name} uses {', '.join(needs)}, but this machine measures no energy: {sampler.source.removeprefix('none: ')}")
+        raise ConfigError(
+            f"objectives: {objective.name} uses {', '.join(needs)}, but this machine measures no energy: "
+            f"{sampler.source.removeprefix('none: ')}"
+        )
 
 
 def _duration(text: str) -> float:
@@ -225,8 +285,10 @@ class PhaseLine:
         self.last = ""
         self.tty = sys.stderr.isatty()
 
-    def __call__(self, running: list) -> None:  # noqa: ANN001 - (number, partition, trial dir)
-        parts = [(f"trial {n} [{p.kind} {','.join(map(str, p.devices))}]", describe(d, self.startup_phases)) for n, p, d in running]
+    def __call__(self, running: list) -> None:  # (number, partition, trial dir)
+        parts = [
+            (f"trial {n} [{p.kind} {','.join(map(str, p.devices))}]", describe(d, self.startup_phases)) for n, p, d in running
+        ]
         if self.tty:
             line = " | ".join(f"{who}: {what}" for who, what in parts)
             sys.stderr.write("\r" + line[:200].ljust(200) + "\r")

@@ -9,9 +9,9 @@ import typer
 
 from tuner.cli._common import echo, echo_table, open_existing, terminal_width
 from tuner.lock import stale_running
+from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
-from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.table import summary_rows
 from tuner.trials import read_study, read_trials
 

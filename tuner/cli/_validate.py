@@ -8,7 +8,6 @@ from tuner.artifacts import RunDir
 from tuner.cli._common import echo, open_existing, stored_objective_set, stored_space
 from tuner.executors import InlineExecutor
 from tuner.lock import StudyLock
-from tuner.objectives import ObjectiveSet
 from tuner.pick import objective_metrics, pick
 from tuner.validate import revalidate
 
@@ -42,7 +41,7 @@ def validate(
     echo(f"\npick (knee): {chosen.describe(names)}")
 
 
-def _revalidate(study, objective, top: int, repeats: int):  # noqa: ANN001, ANN202
+def _revalidate(study, objective, top: int, repeats: int):
     return revalidate(
         study,
         stored_space(study),

@@ -75,7 +75,9 @@ def package_version(package: str, *version_files: str) -> str | None:
         for name in version_files:
             path = Path(folder) / name
             if path.is_file():
-                found = re.search(r"""__version__\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", path.read_text(errors="replace"))
+                found = re.search(
+                    r"""__version__\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", path.read_text(errors="replace")
+                )
                 if found:
                     return found[1]
     return None
@@ -124,7 +126,10 @@ class EngineAdapter(ABC):
     # what the engine spends memory on, for the pre-screen (tuner.screen); None: never predict
     memory: ClassVar[MemoryModel | None] = None
     graphs_off_flags: ClassVar[tuple[str, ...]] = ()  # flags that serve without CUDA graphs (a load-time warning)
-    listen_flags: ClassVar[tuple[str, ...]] = ("--host", "--port")  # where it listens: not a tuned flag (export compares the rest)
+    listen_flags: ClassVar[tuple[str, ...]] = (
+        "--host",
+        "--port",
+    )  # where it listens: not a tuned flag (export compares the rest)
     typical_start_s: ClassVar[float] = 60.0  # a start as measured here: the dry run's estimate of a night
 
     @abstractmethod
@@ -140,6 +145,7 @@ class EngineAdapter(ABC):
 
     def provision(self, progress: Callable[[float, str], None] | None = None) -> None:
         """Install what the engine needs before the first launch (default: nothing)."""
+        return None
 
     def resolve_model(self, path: str) -> str:
         """Turn the space's ``model.path`` into something the engine loads (may provision)."""

@@ -19,10 +19,8 @@ def to_int(text: str) -> int:
 
 def last_int(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     """The LAST match of ``pattern`` in ``text``: engines may log provisional values first."""
-    match = None
-    for match in pattern.finditer(text):
-        pass
-    return match
+    matches = list(pattern.finditer(text))
+    return matches[-1] if matches else None
 
 
 def reconcile(sources: dict[str, dict[str, Any]]) -> Capacity:

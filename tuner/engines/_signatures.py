@@ -24,8 +24,6 @@ class Category:
     STARTUP_TIMEOUT = "startup_timeout"
 
 
-
-
 @dataclass(frozen=True)
 class Signature:
     """A named failure: any of ``patterns`` matching a log line identifies it.
@@ -56,9 +54,7 @@ class SignatureMatch:
     details: dict[str, Any]
 
 
-def classify(
-    signatures: Sequence[Signature], log_text: str, *, max_lines: int = 12
-) -> SignatureMatch | None:
+def classify(signatures: Sequence[Signature], log_text: str, *, max_lines: int = 12) -> SignatureMatch | None:
     """The first signature (in priority order) that matches any line of ``log_text``.
 
     Engines reword their errors between releases. When no signature names the failure (none

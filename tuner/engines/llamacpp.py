@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from tuner.engines import llamacpp_provision as provision
 from tuner.engines._base import EngineAdapter
 from tuner.engines._capacity import last_int, reconcile
 from tuner.engines._signatures import Category, Signature
-from tuner.memory import Axis, MemoryModel, number
-from tuner.engines import llamacpp_provision as provision
 from tuner.exceptions import ProvisionError
+from tuner.memory import Axis, MemoryModel, number
 from tuner.records import Capacity
 
 if TYPE_CHECKING:
-    from tuner.space import SearchSpace
+    pass
 
 __all__ = ["LlamaCppAdapter"]
 
@@ -92,8 +92,12 @@ def _kv_size(values: Mapping[str, Any]) -> float | None:
 MEMORY = MemoryModel(
     # under the space's memory cap (fixed for a study): the KV cache, slots and compute buffers
     room=(),
-    needs=(Axis("kv", ("ctx-size", "cache-type-k", "cache-type-v"), _kv_size), number("parallel", 4), number("batch-size", 2048),
-           number("ubatch-size", 512)),
+    needs=(
+        Axis("kv", ("ctx-size", "cache-type-k", "cache-type-v"), _kv_size),
+        number("parallel", 4),
+        number("batch-size", 2048),
+        number("ubatch-size", 512),
+    ),
     monotone=frozenset({"kv_cache_oom", "out_of_memory"}),
     free=frozenset({"threads", "threads-batch", "metrics", "no-warmup", "temp"}),
     length="ctx-size",
@@ -129,7 +133,10 @@ class LlamaCppAdapter(EngineAdapter):
         try:
             binary = provision.server_binary(install=False)
         except ProvisionError:
-            return None, f"llamacpp {self.version()}: llama-server not built yet (the first run builds it, about 6 minutes on 2 cores)"
+            return (
+                None,
+                f"llamacpp {self.version()}: llama-server not built yet (the first run builds it, about 6 minutes on 2 cores)",
+            )
         return [str(binary)], f"llamacpp {self.version()}: {binary}"
 
     def shown_model(self, path: str) -> str:

@@ -113,9 +113,7 @@ def _build_server(target: Path, progress: Progress) -> None:
         progress(0.0, "configuring llama.cpp")
         _run([cmake, "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS], work / "cmake.log")
         jobs = str(os.cpu_count() or 2)
-        _run_with_progress(
-            [cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], work / "build.log", progress
-        )
+        _run_with_progress([cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], work / "build.log", progress)
         built = next(build.rglob("llama-server"), None)
         if built is None or not built.is_file():
             raise ProvisionError(f"the build finished but produced no llama-server (see {work / 'build.log'})")
@@ -156,9 +154,7 @@ def _run(argv: list[str], log: Path) -> None:
 
 
 def _run_with_progress(argv: list[str], log: Path, progress: Progress) -> None:
-    with open(log, "w") as out, subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as proc:
+    with open(log, "w") as out, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             out.write(line)

@@ -73,8 +73,14 @@ KV_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m
 MEMORY = MemoryModel(
     # mem-fraction-static holds weights and the KV pool; the rest of the GPU holds activations and graphs
     room=(number("mem-fraction-static"),),
-    needs=(number("context-length"), number("max-running-requests"), number("chunked-prefill-size"), number("max-prefill-tokens"),
-           number("cuda-graph-max-bs"), kv_bytes("kv-cache-dtype", KV_BYTES)),
+    needs=(
+        number("context-length"),
+        number("max-running-requests"),
+        number("chunked-prefill-size"),
+        number("max-prefill-tokens"),
+        number("cuda-graph-max-bs"),
+        kv_bytes("kv-cache-dtype", KV_BYTES),
+    ),
     monotone=frozenset({"not_enough_memory"}),  # a CUDA OOM at graph capture can come from a LARGER fraction
     free=frozenset({"enable-cache-report", "log-level", "enable-metrics", "served-model-name"}),
     length="context-length",

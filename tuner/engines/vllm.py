@@ -75,13 +75,27 @@ _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:
 
 
 # bytes per cached element by --kv-cache-dtype ("auto": the model's dtype, bf16 for every model this tool serves)
-KV_BYTES = {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "fp8_ds_mla": 1.0}
+KV_BYTES = {
+    "auto": 2.0,
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "fp8_inc": 1.0,
+    "fp8_ds_mla": 1.0,
+}
 
 MEMORY = MemoryModel(
     # the KV pool is what gpu-memory-utilization leaves after weights, activations (sized by the
     # batched tokens and sequences) and graphs; a longer max-model-len must fit in that pool
     room=(number("gpu-memory-utilization", 0.92),),
-    needs=(number("max-model-len"), number("max-num-seqs"), number("max-num-batched-tokens"), kv_bytes("kv-cache-dtype", KV_BYTES)),
+    needs=(
+        number("max-model-len"),
+        number("max-num-seqs"),
+        number("max-num-batched-tokens"),
+        kv_bytes("kv-cache-dtype", KV_BYTES),
+    ),
     # "no memory for the cache blocks" and "max seq len needs more KV than available" only; a raw
     # CUDA OOM (graph capture) can come from MORE utilization, and free memory below the
     # utilization is the GPU's state, not the config's

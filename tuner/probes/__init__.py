@@ -14,7 +14,16 @@ from tuner.probes.served import ServedContextProbe
 if TYPE_CHECKING:
     from tuner.space import SearchSpace
 
-__all__ = ["LoadProbe", "OverloadProbe", "Probe", "RecallProbe", "ServedContextProbe", "ServerHandle", "from_space", "metric_names"]
+__all__ = [
+    "LoadProbe",
+    "OverloadProbe",
+    "Probe",
+    "RecallProbe",
+    "ServedContextProbe",
+    "ServerHandle",
+    "from_space",
+    "metric_names",
+]
 
 _PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, RecallProbe, ServedContextProbe, OverloadProbe)}
 CAPACITY_METRICS = {"capacity.kv_tokens", "capacity.max_running_requests", "capacity.context_per_request"}
@@ -35,8 +44,8 @@ def from_space(space: SearchSpace) -> list[Probe]:
 
 
 def metric_names(space: SearchSpace) -> set[str]:
-    from tuner.telemetry import LEVEL_METRICS
     from tuner.probes.load import PER_GPU_METRICS
+    from tuner.telemetry import LEVEL_METRICS
 
     names = set(CAPACITY_METRICS)
     for probe in from_space(space):

@@ -3,6 +3,7 @@ the server's own token counts (usage), its prompt-cache hits, and any failure, r
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ class RequestRecord:
 
     @property
     def gaps(self) -> list[float]:
-        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+        return [b - a for a, b in itertools.pairwise(self.stamps)]
 
     @property
     def tokens_per_chunk(self) -> float:
@@ -49,7 +50,11 @@ class RequestRecord:
 
 
 async def stream_request(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], rec: RequestRecord | None = None,
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    rec: RequestRecord | None = None,
     cached_field: tuple[str, str] | None = None,
 ) -> RequestRecord:
     """One streamed request; never raises for a failed request, records it instead.

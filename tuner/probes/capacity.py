@@ -18,7 +18,9 @@ __all__ = ["read_capacity"]
 logger = logging.getLogger(__name__)
 
 
-def read_capacity(adapter: EngineAdapter, log_text: str, base_url: str | None, *, headers: dict[str, str] | None = None) -> Capacity:
+def read_capacity(
+    adapter: EngineAdapter, log_text: str, base_url: str | None, *, headers: dict[str, str] | None = None
+) -> Capacity:
     if base_url is None:
         return adapter.capacity(log_text, None, None)
     with httpx.Client(timeout=10.0, trust_env=False, headers=headers or {}) as client:

@@ -25,12 +25,11 @@ from tuner import progress
 from tuner.engines import counter_total
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
-from tuner.stats import percentiles
 from tuner.probes._stream import RequestRecord, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
-from tuner.stats import batch_means
 from tuner.records import ProbeResult
 from tuner.space.schema import LoadProbeSpec
+from tuner.stats import batch_means, percentiles
 
 __all__ = ["PER_GPU_METRICS", "LoadProbe", "RequestRecord", "per_gpu", "stop_clients", "stream_request"]
 
@@ -107,7 +106,9 @@ class LoadProbe(Probe):
         maker = PromptMaker(await one_token_words(tokenizer), self.spec.prompt_tokens, prefix_tokens=self.spec.prefix_tokens)
         probe = maker.make(-1)
         url, body, headers = self._request(server, probe)
-        rec = await stream_request(client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers, cached_field=server.cached_tokens_field)
+        rec = await stream_request(
+            client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers, cached_field=server.cached_tokens_field
+        )
         if rec.prompt_tokens is None:
             logger.warning("the server reports no usage.prompt_tokens: prompt lengths are not checked (%s)", rec.error)
             maker.calibrate(maker.body_words, await tokenizer.count(probe))
@@ -193,7 +194,9 @@ class LoadProbe(Probe):
         while True:
             await asyncio.sleep(max(0.0, end - time.perf_counter()))
             now = time.perf_counter()
-            window = batch_means([(r.stamps, r.tokens_per_chunk) for r in records], start, now, batch_count(records, now - start, spec.batches))
+            window = batch_means(
+                [(r.stamps, r.tokens_per_chunk) for r in records], start, now, batch_count(records, now - start, spec.batches)
+            )
             rel = window.relative_half_width
             done = [r for r in records if r.ended is not None and start <= r.ended < now]
             errors = sum(1 for r in done if not r.ok)
@@ -232,7 +235,11 @@ def per_gpu(result: ProbeResult, gpus: int) -> ProbeResult:
     is filled with replicas of the config, the figure that ranks such configs."""
     if gpus < 1 or "output_tok_s" not in result.metrics:
         return result
-    added = {per: result.metrics[m] / gpus for per, m in zip(PER_GPU_METRICS, ("output_tok_s", "output_tok_s_ci"), strict=True) if m in result.metrics}
+    added = {
+        per: result.metrics[m] / gpus
+        for per, m in zip(PER_GPU_METRICS, ("output_tok_s", "output_tok_s_ci"), strict=True)
+        if m in result.metrics
+    }
     return replace(result, metrics={**result.metrics, **added}, details={**result.details, "gpus": gpus})
 
 
@@ -278,7 +285,9 @@ def summarize(
     give the CI). Requests count where they ended: only those that ended inside the window give
     latencies (with their sample counts) and the error rate; cancelled requests (in flight when the
     window closed) never count as errors."""
-    window = batch_means([(r.stamps, r.tokens_per_chunk) for r in records], start, end, batch_count(records, end - start, batches))
+    window = batch_means(
+        [(r.stamps, r.tokens_per_chunk) for r in records], start, end, batch_count(records, end - start, batches)
+    )
     seconds = max(end - start, 1e-9)
     ended = [r for r in records if not r.cancelled and _ended_in(r, start, end)]
     ok = [r for r in ended if r.ok]

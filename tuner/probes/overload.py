@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 
 from tuner.probes._base import Probe, ServerHandle
-from tuner.stats import percentiles
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.probes.load import stream_request
 from tuner.records import ProbeResult
 from tuner.space.schema import OverloadProbeSpec
+from tuner.stats import percentiles
 
 __all__ = ["OverloadProbe"]
 
@@ -31,19 +31,31 @@ class OverloadProbe(Probe):
 
     @classmethod
     def metric_names(cls, spec: OverloadProbeSpec) -> set[str]:
-        return {"burst", "rejected", "completed", "timed_out", "failed", "queue_wait_p50", "queue_wait_p99", "queue_wait_max", "unbounded_queue"}
+        return {
+            "burst",
+            "rejected",
+            "completed",
+            "timed_out",
+            "failed",
+            "queue_wait_p50",
+            "queue_wait_p99",
+            "queue_wait_max",
+            "unbounded_queue",
+        }
 
     def run(self, server: ServerHandle) -> ProbeResult:
         return asyncio.run(self._run(server))
 
     async def _run(self, server: ServerHandle) -> ProbeResult:
         capacity = server.capacity.max_running_requests or self.spec.capacity
-        burst = min(self.spec.max_burst, max(2, int(round(capacity * self.spec.factor))))
+        burst = min(self.spec.max_burst, max(2, round(capacity * self.spec.factor)))
         timeout = httpx.Timeout(self.spec.request_timeout, connect=10.0)
         limits = httpx.Limits(max_connections=burst + 4, max_keepalive_connections=burst + 4)
         async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
             words = filler_words(self.spec.prompt_tokens * 2, seed=1)
-            text, _ = await Tokenizer(client, server.url, server.model, server.headers).fit(lambda n: " ".join(words[:n]), self.spec.prompt_tokens)
+            text, _ = await Tokenizer(client, server.url, server.model, server.headers).fit(
+                lambda n: " ".join(words[:n]), self.spec.prompt_tokens
+            )
             body: dict[str, Any] = {
                 "model": server.model,
                 "max_tokens": self.spec.output_tokens,
@@ -86,6 +98,8 @@ class OverloadProbe(Probe):
             "wall_s": wall,
             "rejected_fast_s": max((r.e2e or 0.0 for r in rejected), default=0.0),
             "first_rejection": rejected[0].error if rejected else None,
-            "warning": "engine queued the whole burst without rejecting any request: its queue is unbounded" if unbounded else None,
+            "warning": "engine queued the whole burst without rejecting any request: its queue is unbounded"
+            if unbounded
+            else None,
         }
         return ProbeResult(self.name, metrics, details)

@@ -118,7 +118,9 @@ class RecallProbe(Probe):
             gate, *others = rng.sample(GATES, 1 + min(self.spec.distractors, len(GATES) - 1))
             others += [f"{rng.choice(GATES)}-{i}" for i in range(self.spec.distractors - len(others))]
             needle = f"The pass key for gate {gate} is {code}. "
-            placed = [(depth, needle)] + [(rng.random(), f"The pass key for gate {o} is {rng.randint(10000, 99999)}. ") for o in others]
+            placed = [(depth, needle)] + [
+                (rng.random(), f"The pass key for gate {o} is {rng.randint(10000, 99999)}. ") for o in others
+            ]
             question = f"\n\nWhat is the pass key for gate {gate}? Answer with the number only."
         else:
             placed = [(depth, f"The pass key is {code}. Remember it. {code} is the pass key. ")]

@@ -61,26 +61,49 @@ class ServedContextProbe(Probe):
         timeout = httpx.Timeout(self.spec.request_timeout, connect=10.0)
         limits = httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2)
         url = f"{server.url}/v1/completions"
-        body = {"model": server.model, "max_tokens": out, "min_tokens": out, "ignore_eos": True, "temperature": 0.0,
-                "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": server.model,
+            "max_tokens": out,
+            "min_tokens": out,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
             vocabulary = await one_token_words(Tokenizer(client, server.url, server.model, server.headers))
             small = PromptMaker(vocabulary, CALIBRATION_TOKENS, seed=SEED)
-            probe = await stream_request(client, url, {**body, "prompt": small.make(-1), "max_tokens": 1, "min_tokens": 1}, server.headers)
+            probe = await stream_request(
+                client, url, {**body, "prompt": small.make(-1), "max_tokens": 1, "min_tokens": 1}, server.headers
+            )
             if probe.prompt_tokens is None:
-                raise ProbeError(f"the server reports no usage.prompt_tokens: a prompt of exactly {asked} tokens cannot be checked ({probe.error})")
+                raise ProbeError(
+                    f"the server reports no usage.prompt_tokens: a prompt of exactly {asked} tokens cannot be checked "
+                    f"({probe.error})"
+                )
             maker = PromptMaker(vocabulary, asked, seed=SEED)
             maker.calibrate(small.sent_words, probe.prompt_tokens)
             progress.report(f"served context: {n} requests of {limit:,} tokens at once")
             began = time.perf_counter()
-            records = await asyncio.gather(*(stream_request(client, url, {**body, "prompt": maker.make(i)}, server.headers) for i in range(n)))
+            records = await asyncio.gather(
+                *(stream_request(client, url, {**body, "prompt": maker.make(i)}, server.headers) for i in range(n))
+            )
             seconds = time.perf_counter() - began
         failed = [r for r in records if not r.ok]
         short = [r for r in records if r.ok and r.completion_tokens is not None and r.completion_tokens < out]
         sent = sorted({r.prompt_tokens for r in records if r.prompt_tokens is not None})
         ok = not failed and bool(records)
-        served = min(((r.prompt_tokens or asked) + (r.completion_tokens if r.completion_tokens is not None else out) for r in records), default=0)
-        logger.info("served context %d x %d tokens: %s in %.1fs", n, limit, f"ok, {served} each" if ok else f"{len(failed)} failed", seconds)
+        served = min(
+            ((r.prompt_tokens or asked) + (r.completion_tokens if r.completion_tokens is not None else out) for r in records),
+            default=0,
+        )
+        logger.info(
+            "served context %d x %d tokens: %s in %.1fs",
+            n,
+            limit,
+            f"ok, {served} each" if ok else f"{len(failed)} failed",
+            seconds,
+        )
         metrics = {
             "context": float(served if ok else 0),
             "ok": float(ok),

@@ -2,6 +2,7 @@
 
 from tuner.space._constraints import Constraint, parse_constraint
 from tuner.space._load import DEFAULT_SPACE, load, resolve_path, validate
+from tuner.space._suggest import suggest, violated_constraints
 from tuner.space.schema import (
     Budget,
     CategoricalParam,
@@ -18,7 +19,6 @@ from tuner.space.schema import (
     SearchSpace,
     ServerSpec,
 )
-from tuner.space._suggest import suggest, violated_constraints
 
 __all__ = [
     "DEFAULT_SPACE",

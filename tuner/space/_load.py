@@ -117,7 +117,8 @@ def _cross_check(space: SearchSpace, source: str) -> None:
         logger.warning(
             "%s: server.flags.%s: trials measure without CUDA graphs, which no deployment serves with "
             "(on the H200 eager mode served a third of the tokens of the same config with graphs: docs/noise.md)",
-            source, graphs_off[0],
+            source,
+            graphs_off[0],
         )
     throughput = objective.index_of("throughput")
     per_trial = space.hardware.per_trial
@@ -127,5 +128,7 @@ def _cross_check(space: SearchSpace, source: str) -> None:
             "%s: objectives: the trial size varies with %r but %s is per server: a config on more GPUs "
             "looks faster while the node holds fewer of them (load.output_tok_s_per_gpu ranks them: "
             "objectives throughput-per-gpu-slo or throughput-per-gpu-vs-context)",
-            source, per_trial, metric,
+            source,
+            per_trial,
+            metric,
         )

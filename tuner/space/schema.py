@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -27,7 +27,7 @@ __all__ = [
     "ServerSpec",
 ]
 
-Scalar = Union[bool, int, float, str]
+Scalar = bool | int | float | str
 _SHELL_META = re.compile(r"[;&|`$<>(){}\n\r*?!\\\"']")
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -45,7 +45,12 @@ class IntParam(_Strict):
     log: bool = False
 
     def contains(self, value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high and (value - self.low) % self.step == 0
+        return (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and self.low <= value <= self.high
+            and (value - self.low) % self.step == 0
+        )
 
     @model_validator(mode="after")
     def _check(self) -> IntParam:
@@ -88,7 +93,7 @@ class CategoricalParam(_Strict):
         return choices
 
 
-Parameter = Annotated[Union[IntParam, FloatParam, CategoricalParam], Field(discriminator="type")]
+Parameter = Annotated[IntParam | FloatParam | CategoricalParam, Field(discriminator="type")]
 
 
 def _check_range(low: float, high: float, log: bool) -> None:

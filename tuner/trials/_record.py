@@ -192,7 +192,9 @@ class StudyRecord:
 
 def _revalidated(attrs: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
     prefix = f"{k.REVALIDATED}."
-    return {int(key[len(prefix):]): value for key, value in attrs.items() if key.startswith(prefix) and key[len(prefix):].isdigit()}
+    return {
+        int(key[len(prefix) :]): value for key, value in attrs.items() if key.startswith(prefix) and key[len(prefix) :].isdigit()
+    }
 
 
 def read_study(study: optuna.Study, *, states: Sequence[TrialState] | None = None, trials: bool = True) -> StudyRecord:

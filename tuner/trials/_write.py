@@ -25,8 +25,23 @@ from tuner.trials import _keys as k
 from tuner.trials._record import TrialRecord
 
 __all__ = [
-    "HEADLINES", "STARTS", "STATES", "Verdict", "enqueue", "grade", "headline_metrics", "keep_evidence", "mark_launched",
-    "requeue", "running_trial", "save_noise", "save_revalidation", "state_for", "store_setup", "tell", "write_lease",
+    "HEADLINES",
+    "STARTS",
+    "STATES",
+    "Verdict",
+    "enqueue",
+    "grade",
+    "headline_metrics",
+    "keep_evidence",
+    "mark_launched",
+    "requeue",
+    "running_trial",
+    "save_noise",
+    "save_revalidation",
+    "state_for",
+    "store_setup",
+    "tell",
+    "write_lease",
 ]
 
 logger = logging.getLogger(__name__)
@@ -131,16 +146,32 @@ class Verdict:
         """A repeat of a config the study launched already: the original's state, values,
         constraints, result and launch record."""
         complete = original.state == TrialState.COMPLETE
-        carried = {k.METRICS: original.metrics, k.CAPACITY: original.capacity, k.SIGNATURE: original.signature,
-                   k.EVIDENCE: original.evidence, k.LAUNCH: original.launch}
+        carried = {
+            k.METRICS: original.metrics,
+            k.CAPACITY: original.capacity,
+            k.SIGNATURE: original.signature,
+            k.EVIDENCE: original.evidence,
+            k.LAUNCH: original.launch,
+        }
         attrs = {key: value for key, value in carried.items() if value}
-        return cls(original.state, original.values if complete else None, dict(original.constraints),
-                   {k.DUPLICATE_OF: original.number, **attrs})
+        return cls(
+            original.state,
+            original.values if complete else None,
+            dict(original.constraints),
+            {k.DUPLICATE_OF: original.number, **attrs},
+        )
 
 
 HEADLINES = (
-    "load.output_tok_s", "load.output_tok_s_ci", "load.ttft_p99", "load.error_rate", "recall.effective_context",
-    "served.context", "capacity.context_per_request", "capacity.kv_tokens", "telemetry.tokens_per_joule",
+    "load.output_tok_s",
+    "load.output_tok_s_ci",
+    "load.ttft_p99",
+    "load.error_rate",
+    "recall.effective_context",
+    "served.context",
+    "capacity.context_per_request",
+    "capacity.kv_tokens",
+    "telemetry.tokens_per_joule",
 )
 
 
@@ -213,7 +244,11 @@ def mark_launched(trial: optuna.Trial, devices: Sequence[int]) -> None:
 
 
 def enqueue(
-    study: optuna.Study, params: Mapping[str, Any], *, from_space: bool = False, requeued_from: int | None = None,
+    study: optuna.Study,
+    params: Mapping[str, Any],
+    *,
+    from_space: bool = False,
+    requeued_from: int | None = None,
     rescreen_of: int | None = None,
 ) -> None:
     """Queue ``params`` as the next trial, saying why: the space's own config (a baseline, a grid
@@ -239,7 +274,9 @@ def requeue(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> bool:
     return True
 
 
-def store_setup(study: optuna.Study, *, fingerprint: str, space: Mapping[str, Any], source: str, objectives: Mapping[str, Any]) -> None:
+def store_setup(
+    study: optuna.Study, *, fingerprint: str, space: Mapping[str, Any], source: str, objectives: Mapping[str, Any]
+) -> None:
     """The space (validated, as JSON), its digest and file, and the objective set a study runs with."""
     study.set_user_attr(k.FINGERPRINT, fingerprint)
     study.set_user_attr(k.SPACE, dict(space))
