@@ -26,6 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tuner.evidence import Evidence
 
 __all__ = [
@@ -66,7 +68,7 @@ class SpaceError(ConfigError):
         self.problem = problem
         super().__init__(f"{path}: {key}: {problem}" if key else f"{path}: {problem}")
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[type[SpaceError], tuple[str, str, str]]:
         return type(self), (self.path, self.key, self.problem)
 
 
@@ -79,7 +81,7 @@ class _WithEvidence(TunerError):
         super().__init__(message)
         self.evidence = evidence
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[Callable[..., _WithEvidence], tuple[type[_WithEvidence], str, Evidence]]:
         # keyword-only evidence: pickle (Ray, multiprocessing) must pass it back by name
         return _rebuild, (type(self), str(self), self.evidence)
 

@@ -249,18 +249,20 @@ class RayExecutor:
         resources = ray.cluster_resources()
         self._by_device = self._local or all(f"tuner_device_{d}" in resources for d in devices)
         self.node_key = None if self._local else (node_key or "default")
-        self.leftovers: dict[
-            int, dict[str, bytes]
-        ] = {}  # trial number -> files its node kept (see tuner.driver.fail_interrupted)
+        # trial number -> files its node kept (see tuner.driver.fail_interrupted)
+        self.leftovers: dict[int, dict[str, bytes]] = {}
         self.recovered = self.sweep_nodes() if self.node_key else []
 
     def sweep_nodes(self) -> list[str]:
         """Stop, on every alive node, what its ledger still holds of this study (a crashed driver's servers)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        key = self.node_key
+        if key is None:  # a local cluster: its nodes hold nothing of another driver's
+            return []
         sweep = self._ray.remote(num_cpus=0, max_retries=0)(_sweep)
         refs = [
-            sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(self.node_key)
+            sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(key)
             for node in self._ray.nodes()
             if node.get("Alive")
         ]
@@ -296,7 +298,7 @@ class RayExecutor:
         result: Future[TrialOutcome] = Future()
         self._refs[result] = ref
 
-        def unpack(done: Future[tuple[str, Any]]) -> None:
+        def unpack(done: Future[tuple[str, Any, dict[str, bytes]]]) -> None:
             self._refs.pop(result, None)
             try:
                 kind, value, files = done.result()

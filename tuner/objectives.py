@@ -125,7 +125,7 @@ class ObjectiveSet(BaseModel):
         return next((i for i, o in enumerate(self.objectives) if o.role == role), None)
 
     @property
-    def directions(self) -> list[str]:
+    def directions(self) -> list[Literal["maximize", "minimize"]]:
         return [o.direction for o in self.objectives]
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -21,7 +22,13 @@ class Point:
     state: str
     feasible: bool
     signature: str | None
-    params: dict
+    params: dict[str, Any]
+
+    def xy(self) -> tuple[float, float]:
+        """Both coordinates, for a point known to have them (a front point, a measured one)."""
+        if self.x is None or self.y is None:
+            raise ValueError(f"trial {self.trial} has no {'x' if self.x is None else 'y'} value")
+        return self.x, self.y
 
 
 @dataclass
@@ -66,8 +73,8 @@ def _front(study: optuna.Study, pts: list[Point], x: str, y: str, items: list[Ca
         on_front = {c.number for c in pareto_front(items, signs(study))}
         chosen = [p for p in usable if p.trial in on_front]
     else:
-        chosen = non_dominated(usable, lambda p: (p.x, p.y))  # type: ignore[arg-type]
-    return sorted(chosen, key=lambda p: p.x)  # type: ignore[arg-type, return-value]
+        chosen = non_dominated(usable, Point.xy)
+    return sorted(chosen, key=lambda p: p.xy()[0])
 
 
 def fronts(studies: dict[str, optuna.Study], x: str, y: str, reference: tuple[float, float] = (0.0, 0.0)) -> list[StudyFront]:
@@ -77,6 +84,6 @@ def fronts(studies: dict[str, optuna.Study], x: str, y: str, reference: tuple[fl
         items = candidates(study)
         pts = points(study, x, y, items)
         front = _front(study, pts, x, y, items)
-        hv = hypervolume_2d([(p.x, p.y) for p in front], reference)  # type: ignore[misc]
+        hv = hypervolume_2d([p.xy() for p in front], reference)
         result.append(StudyFront(name, pts, front, hv))
     return result

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import optuna
 from optuna.trial import TrialState
@@ -149,7 +149,7 @@ def _revalidated_runs(study: optuna.Study | StudyRecord) -> list[Sequence[Sequen
     return [kept(v["runs"]) for v in record.revalidated.values() if v.get("runs")]
 
 
-def reference_groups(noise: dict) -> list[list[Sequence[float]]]:  # type: ignore[type-arg]
+def reference_groups(noise: Mapping[str, Any]) -> list[list[Sequence[float]]]:
     """The reference's runs grouped by when they ran (its trial and the start together, each
     pause, the end): spread within a group is noise, a shift between groups is drift, and drift
     must not widen the floor it is judged against."""
@@ -286,10 +286,11 @@ def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = 
     if how == "max-throughput":
         return _with_ties(_best(items, signs_, throughput), items, signs_, throughput)
     if how == "max-context":
-        known = [c for c in items if context(c) is not None]
+        reported = [(c, at) for c in items if (at := context(c)) is not None]
+        known = [c for c, _ in reported]
         if not known:
             raise ConfigError(f"max-context: no candidate of study {study.study_name!r} reports {context_metric(study)}")
-        top = max(context(c) for c in known)  # type: ignore[type-var]
+        top = max(at for _, at in reported)
         at_top = [c for c in known if context(c) == top]
         return _with_ties(_best(at_top, signs_, throughput), at_top, signs_, throughput)
     if how == "knee":

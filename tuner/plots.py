@@ -23,20 +23,21 @@ def front_png(fronts: list[StudyFront], x: str, y: str, path: Path) -> None:
     for color, f in zip(COLORS, fronts, strict=False):
         faint = f.faint
         ax.scatter([p.x or 0 for p in faint], [p.y or 0 for p in faint], color=color, alpha=0.25, marker="x", s=30)
-        ok = [p for p in f.points if p.feasible and p.x is not None and p.y is not None]
-        ax.scatter([p.x for p in ok], [p.y for p in ok], color=color, alpha=0.45, s=22)
+        ok = [p.xy() for p in f.points if p.feasible and p.x is not None and p.y is not None]
+        ax.scatter([px for px, _ in ok], [py for _, py in ok], color=color, alpha=0.45, s=22)
+        front = [p.xy() for p in f.front]
         # both maximized: the boundary of the dominated region drops at each point, then runs right
         ax.step(
-            [p.x for p in f.front],
-            [p.y for p in f.front],
+            [px for px, _ in front],
+            [py for _, py in front],
             where="pre",
             color=color,
             lw=2,
             label=f"{f.name}: front of {len(f.front)} (HV {f.hypervolume:,.0f})",
         )
-        ax.scatter([p.x for p in f.front], [p.y for p in f.front], color=color, s=50, edgecolor="black", zorder=3)
+        ax.scatter([px for px, _ in front], [py for _, py in front], color=color, s=50, edgecolor="black", zorder=3)
         for p in f.front:
-            ax.annotate(f"#{p.trial}", (p.x, p.y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            ax.annotate(f"#{p.trial}", p.xy(), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.set_title(f"{y} vs {x}\n(faint x: pruned or infeasible; unmeasured at 0)", fontsize=10)

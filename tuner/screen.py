@@ -147,7 +147,8 @@ class Screen:
                     {"from_trial": f.number, "rule": "dominated", **_axes(model, f, c)},
                 )
             limit = _float(f.details.get(model.length_limit)) if model.length_limit else None
-            shorter_ok = model.pool_independent_of_length or _cmp(length, _float(f.values.get(model.length)), lambda u, v: u >= v)
+            asked = _float(f.values.get(model.length)) if model.length else None
+            shorter_ok = model.pool_independent_of_length or _cmp(length, asked, lambda u, v: u >= v)
             if (
                 limit is not None
                 and length is not None

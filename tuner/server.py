@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -168,9 +169,9 @@ class ServerProcess:
         deadline = self.started_at + self.startup_timeout
         with httpx.Client(timeout=httpx.Timeout(10.0, connect=1.0), trust_env=False, headers=self.headers) as client:
             while True:
-                if self._fatal_seen.is_set():
+                if self._fatal_seen.is_set() and self._fatal is not None:
                     self._let_it_exit()
-                    raise StartupFailed(f"fatal log line: {self._fatal[1]}", evidence=self.evidence())  # type: ignore[index]
+                    raise StartupFailed(f"fatal log line: {self._fatal[1]}", evidence=self.evidence())
                 if self.proc.poll() is not None:
                     raise StartupFailed(f"server exited with {self.proc.returncode}", evidence=self.evidence())
                 left = deadline - time.monotonic()
@@ -300,7 +301,7 @@ def _port_free(host: str, port: int, timeout: float = 3.0) -> bool:
         time.sleep(0.1)
 
 
-def _memory_cap(limit: int | None):  # type: ignore[no-untyped-def]
+def _memory_cap(limit: int | None) -> Callable[[], None] | None:
     """A preexec function capping the server's address space (like a GPU partition's memory)."""
     if limit is None:
         return None

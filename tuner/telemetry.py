@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -110,7 +111,8 @@ def level_metrics(samples: Sequence[Sample], start: float, end: float, *, tokens
     power_by_tick = _per_tick(inside, "power_w", sum)
     if power_by_tick:
         metrics["power_w"] = statistics.fmean(power_by_tick)
-        metrics["power_w_p99"] = percentiles(power_by_tick, (99,))[99]  # type: ignore[assignment]
+        if (p99 := percentiles(power_by_tick, (99,))[99]) is not None:
+            metrics["power_w_p99"] = p99
         metrics["watts_per_request"] = metrics["power_w"] / max(1, concurrency)
     energy = _counter_delta(samples, devices, start, end)
     if energy is None and power_by_tick and len(ticks) > 1:
@@ -197,11 +199,13 @@ def _nvml_reader(devices: list[int]) -> tuple[Reader | None, str]:
         now = time.perf_counter()
         found = []
         for d, h in handles.items():
-            util = optional(lambda h=h: pynvml.nvmlDeviceGetUtilizationRates(h))
-            mem = optional(lambda h=h: pynvml.nvmlDeviceGetMemoryInfo(h))
-            mw = optional(lambda h=h: pynvml.nvmlDeviceGetPowerUsage(h))
-            mj = optional(lambda h=h: pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
-            reasons = optional(lambda h=h: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+            util = optional(partial(pynvml.nvmlDeviceGetUtilizationRates, h))
+            mem = optional(partial(pynvml.nvmlDeviceGetMemoryInfo, h))
+            mw = optional(partial(pynvml.nvmlDeviceGetPowerUsage, h))
+            mj = optional(partial(pynvml.nvmlDeviceGetTotalEnergyConsumption, h))
+            reasons = optional(partial(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, h))
+            temp = optional(partial(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU))
+            clock = optional(partial(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM))
             found.append(
                 Sample(
                     t=now,
@@ -211,8 +215,8 @@ def _nvml_reader(devices: list[int]) -> tuple[Reader | None, str]:
                     sm_util=float(util.gpu) if util is not None else None,
                     mem_bw_util=float(util.memory) if util is not None else None,
                     mem_used_mib=mem.used / 2**20 if mem is not None else None,
-                    temp_c=optional(lambda h=h: float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))),
-                    sm_clock_mhz=optional(lambda h=h: float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))),
+                    temp_c=float(temp) if temp is not None else None,
+                    sm_clock_mhz=float(clock) if clock is not None else None,
                     throttled=bool(reasons & ~idle) if reasons is not None else None,
                 )
             )

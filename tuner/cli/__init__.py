@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 import sys
@@ -10,9 +11,9 @@ import traceback
 import typer
 
 try:  # Typer >= 0.20 vendors Click and raises its own copies of Click's exceptions
-    from typer._click import exceptions as click_errors
+    click_errors = importlib.import_module("typer._click.exceptions")
 except ImportError:  # pragma: no cover - older Typer on top of Click
-    from click import exceptions as click_errors
+    click_errors = importlib.import_module("click.exceptions")
 
 from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
 from tuner.cli._common import storage_error_text

@@ -132,9 +132,10 @@ progress_bar = _ProvisionBar()
 
 def open_existing(study: str, storage: str | None) -> optuna.Study:
     """An existing study: runs/<study>/study.db, or ``storage`` (a URL, or NAME=URL)."""
-    labelled = bool(storage and "=" in storage.split("://")[0])
-    if labelled:
-        study, storage = storage.split("=", 1)  # type: ignore[union-attr]
+    labelled = False
+    if storage is not None and "=" in storage.split("://")[0]:  # NAME=URL
+        labelled = True
+        study, storage = storage.split("=", 1)
     run_dir = RunDir.for_study(study)
     url = storage or run_dir.db_url
     if storage is None and not (run_dir.root / "study.db").is_file():

@@ -250,7 +250,10 @@ def _max_parallel(space: spaces.SearchSpace) -> int:
 
 
 def _smallest_size(space: spaces.SearchSpace) -> int:
-    param = space.parameters[space.hardware.per_trial]  # validated to exist
+    per_trial = space.hardware.per_trial
+    if isinstance(per_trial, int):
+        return per_trial
+    param = space.parameters[per_trial]  # validated to exist
     values = getattr(param, "choices", None) or [getattr(param, "low", 1)]
     return max(1, min(int(v) for v in values))
 

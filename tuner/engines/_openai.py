@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 __all__ = ["completion_works", "counter_total", "metric_labels"]
 
 
-def completion_works(client: httpx.Client, base_url: str, model: str, extra: dict | None = None) -> bool:
+def completion_works(client: httpx.Client, base_url: str, model: str, extra: dict[str, Any] | None = None) -> bool:
     """One real completion of one token: the only proof that a server serves."""
     body = {"model": model, "prompt": "Hello", "max_tokens": 1, **(extra or {})}
     try:

@@ -40,11 +40,13 @@ class Signature:
     fatal: bool = True
     grade: Callable[[str], dict[str, Any]] | None = field(default=None, compare=False)
 
+    _regexes: tuple[re.Pattern[str], ...] = field(default=(), init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "_regexes", tuple(re.compile(p) for p in self.patterns))
 
     def matches(self, line: str) -> bool:
-        return any(rx.search(line) for rx in self._regexes)  # type: ignore[attr-defined]
+        return any(rx.search(line) for rx in self._regexes)
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ def raised_exception(
     are not ``generic`` (vLLM's API server re-raises the engine core's root cause as "Engine core
     initialization failed. See root cause above."); without a traceback, the last line that reads
     like a raised exception. None when there is none."""
-    finals, loose = [], []
+    finals: list[LogLine] = []
+    loose: list[LogLine] = []
     in_traceback = False
     for number, text in numbered:
         if _TRACEBACK in text:

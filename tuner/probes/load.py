@@ -344,8 +344,8 @@ async def prefix_cache_counters(client: httpx.AsyncClient, server: ServerHandle)
         return None
     if reply.status_code != 200:
         return None
-    totals = [counter_total(reply.text, name) for name in server.prefix_cache_metrics]
-    return None if None in totals else (totals[0], totals[1])  # type: ignore[return-value]
+    queries, hits = (counter_total(reply.text, name) for name in server.prefix_cache_metrics)
+    return None if queries is None or hits is None else (queries, hits)
 
 
 def batch_count(records: list[RequestRecord], seconds: float, cap: int) -> int:

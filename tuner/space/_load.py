@@ -122,8 +122,8 @@ def _cross_check(space: SearchSpace, source: str) -> None:
         )
     throughput = objective.index_of("throughput")
     per_trial = space.hardware.per_trial
-    sized = isinstance(per_trial, str) and space.hardware.kind == "gpu" and throughput is not None
-    if sized and "_per_gpu" not in (metric := objective.objectives[throughput].metric):
+    sized = isinstance(per_trial, str) and space.hardware.kind == "gpu"
+    if sized and throughput is not None and "_per_gpu" not in (metric := objective.objectives[throughput].metric):
         logger.warning(
             "%s: objectives: the trial size varies with %r but %s is per server: a config on more GPUs "
             "looks faster while the node holds fewer of them (load.output_tok_s_per_gpu ranks them: "

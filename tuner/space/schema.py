@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -361,7 +362,7 @@ class SearchSpace(_Strict):
                 raise ValueError(f"parameter name {name!r} must be letters, digits, '-' or '_'")
         return params
 
-    def values(self, params: dict[str, Any]) -> dict[str, Any]:
+    def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Everything a launch of ``params`` sets: fixed flags, the params, and tied flags."""
         return {**self.server.flags, **params, **{flag: params[src] for flag, src in self.tied.items() if src in params}}
 
