@@ -10,7 +10,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,9 @@ from tuner.exceptions import InfrastructureError, ScreenedOut, TrialTimeout, Tun
 from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.objectives import Evaluation, ObjectiveSet
-from tuner.partitions import Partition, PartitionPool, trial_size
+from tuner.partitions import Partition, trial_size
 from tuner.records import TrialOutcome
+from tuner.scheduler import Job, Scheduler
 from tuner.screen import Screen
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.table import write_trials_csv
@@ -173,32 +174,39 @@ class Driver:
         self.on_trial = on_trial or (lambda report: None)
         self.on_tick = on_tick  # every TICK_S while trials run: (number, partition, trial dir) of each
         self._ticked = 0.0
-        hw = space.hardware
-        self.pool = PartitionPool(hw.kind, hw.devices)
         self.ledger = ledger or Ledger(run_dir.root / "servers")
-        self.hygiene = hygiene
+        # launches, partitions, GPU hygiene, the per-trial limit and stops: shared with the re-measurements
+        self.scheduler = Scheduler(space, executor, self.ledger, hygiene=hygiene, time_limit=trial_timeout)
         self.screen = screen
         self.write_csv = write_csv
         self._began = 0.0
         self._pause_at: int | None = None
         self._durations: list[float] = []
         self._stop_requested = ""
-        self._running: dict[Future[TrialOutcome], _Running] = {}
-        self._launching: _Running | None = None
-        self.refusals: list[str] = []
 
     @property
     def stop_requested(self) -> bool:
         return bool(self._stop_requested)
 
     def request_stop(self, reason: str) -> None:
-        """Stop dispatching; running trials are stopped and recorded (safe from a signal handler)."""
+        """Stop dispatching; running trials are stopped and recorded (safe from a signal handler).
+        A re-measurement running on this driver's scheduler stops too."""
         self._stop_requested = reason
+        self.scheduler.request_stop(reason)
 
     def finished(self) -> int:
         """Trials that count toward the budget: launched and finished (not invalid combinations,
         not configs the pre-screen skipped)."""
         return sum(t.finished for t in read_trials(self.study))
+
+    @property
+    def refusals(self) -> list[str]:
+        """Partitions refused because some process held their GPUs before a trial."""
+        return self.scheduler.refusals
+
+    @property
+    def _running(self) -> dict[Future[TrialOutcome], Job]:
+        return self.scheduler.running
 
     def _tick(self) -> None:
         if self.on_tick is None or not self._running or time.monotonic() - self._ticked < TICK_S:
@@ -241,11 +249,9 @@ class Driver:
                 if not self._running:
                     summary.stop_reason = stop or "; ".join(self.refusals) or "nothing left to run"
                     break
-                done, _ = wait(list(self._running), timeout=0.5, return_when=FIRST_COMPLETED)
-                for future in done:
-                    self._finish(future, summary)
+                for future, job in self.scheduler.wait(timeout=0.5):  # and stops a trial past its limit
+                    self._finish(future, job, summary)
                 self._tick()
-                self._enforce_trial_timeout()
                 if self._stop_requested:
                     summary.stop_reason = self._stop_requested
                     self._stop_running(summary)
@@ -287,33 +293,10 @@ class Driver:
         return bool(waiting) and waiting[0].overtaken < self.executor.max_parallel - 1
 
     def _launch(self, trial: optuna.Trial, params: dict[str, Any]) -> bool:
-        size = trial_size(self.space.hardware.per_trial, params)
-        partition = self.pool.acquire(size)
-        while partition is not None and self._refused(partition):
-            partition = self.pool.acquire(size)  # the next free one; the refused one is quarantined
-        if partition is None:
-            return False
-        mark_launched(trial, partition.devices)
-        entry = _Running(trial, partition, time.monotonic())
-        self._launching = entry
-        future = self.executor.submit(self.space, params, self.run_dir.trial(trial.number), partition, self.ledger)
-        self._running[future] = entry
-        self._launching = None
-        return True
+        def launched(partition: Partition) -> None:
+            mark_launched(trial, partition.devices)
 
-    def _refused(self, partition: Partition) -> bool:
-        """A partition whose GPUs some process holds before the trial is refused (quarantined)."""
-        if self.hygiene is None or not self.hygiene.available:
-            return False
-        holders = self.hygiene.held(partition.devices)
-        if not holders:
-            return False
-        self.pool.release(partition)
-        self.pool.quarantine(partition)
-        held = ", ".join(h.describe() for h in holders)
-        self.refusals.append(f"{partition.describe()} refused: memory held before the trial by {held}")
-        logger.error("%s", self.refusals[-1])
-        return True
+        return self.scheduler.launch(trial, params, self.run_dir.trial(trial.number), on_partition=launched) is not None
 
     def _stop_reason(self, in_flight: int) -> str:
         if self._stop_requested:
@@ -402,84 +385,48 @@ class Driver:
                     wrong[source],
                 )
 
-    def _enforce_trial_timeout(self) -> None:
-        if self.trial_timeout is None:
-            return
-        now = time.monotonic()
-        for future, entry in list(self._running.items()):
-            if not entry.timed_out and now - entry.began > self.trial_timeout:
-                entry.timed_out = True
-                logger.warning("trial %d passed its %.0fs limit: stopping it", entry.trial.number, self.trial_timeout)
-                self.executor.cancel(future, force=True)
-                self._sweep(entry.trial.number)
-
-    def _sweep(self, number: int) -> None:
-        """Stop whatever the ledger still holds of trial ``number`` (its worker was cancelled)."""
-        self.ledger.stop_orphans(self.ledger.for_trial(self.run_dir.trial(number)))
-
     def _stop_running(self, summary: RunSummary, grace: float = 20.0) -> None:
         """Ask running trials to stop (their own teardown runs), then force, then sweep the ledger."""
-        for future in list(self._running):
-            self.executor.cancel(future, force=False)
-        done, _ = wait(list(self._running), timeout=grace)
-        for future in list(self._running):
-            if future not in done:
-                self.executor.cancel(future, force=True)
-        for entry in self._running.values():
-            self._sweep(entry.trial.number)
-        for future, entry in list(self._running.items()):
+        for job in self.scheduler.stop(grace).values():
             # A trial that finished before it was stopped (its worker wrote a complete outcome.json,
             # e.g. one that ignored the soft cancel) is recorded as what it measured.
-            outcome = _written_outcome(self.run_dir.trial(entry.trial.number))
+            outcome = _written_outcome(job.trial_dir)
             if outcome is not None:
-                del self._running[future]
-                self.pool.release(entry.partition)
-                record(self.study, entry.trial, self.run_dir, self.objective, outcome=outcome)
-                logger.info("trial %d finished before the stop: recorded from its outcome.json", entry.trial.number)
-        self._abandon(f"interrupted: {summary.stop_reason}")
+                record(self.study, job.key, self.run_dir, self.objective, outcome=outcome)
+                logger.info("trial %d finished before the stop: recorded from its outcome.json", job.key.number)
+            else:
+                self._interrupted(job.key, f"interrupted: {summary.stop_reason}")
 
     def _abandon(self, why: str) -> None:
-        unfinished = [e.trial for e in self._running.values()]
-        if self._launching is not None:
-            unfinished.append(self._launching.trial)
+        """An exception left the loop: every trial in flight is recorded as interrupted."""
+        unfinished = [job.key for job in self._running.values()]
+        if self.scheduler.launching is not None:
+            unfinished.append(self.scheduler.launching.key)
         for trial in unfinished:
-            record(self.study, trial, self.run_dir, self.objective, error=InfrastructureError(why))
-            if requeue(self.study, trial):
-                logger.info("trial %d was interrupted: its params are queued for the next run", trial.number)
-        for entry in self._running.values():
-            self.pool.release(entry.partition)
+            self._interrupted(trial, why)
+        for job in self._running.values():
+            self.scheduler.pool.release(job.partition)
         self._running.clear()
-        self._launching = None
+        self.scheduler.launching = None
 
-    def _release(self, partition: Partition) -> None:
-        """Return a partition to the pool once its GPUs' memory is back near the baseline."""
-        self.pool.release(partition)
-        if self.hygiene is not None and self.hygiene.available:
-            excess = self.hygiene.settle(partition.devices)
-            if excess:
-                self.pool.quarantine(partition)
-                held = ", ".join(f"GPU {d}: {mib:.0f} MiB" for d, mib in excess.items())
-                logger.error("quarantined %s: memory not released after the trial (%s)", partition.describe(), held)
+    def _interrupted(self, trial: optuna.Trial, why: str) -> None:
+        record(self.study, trial, self.run_dir, self.objective, error=InfrastructureError(why))
+        if requeue(self.study, trial):
+            logger.info("trial %d was interrupted: its params are queued for the next run", trial.number)
 
-    def _finish(self, future: Future[TrialOutcome], summary: RunSummary) -> None:
-        entry = self._running.pop(future)
-        self._release(entry.partition)
-        trial = entry.trial
+    def _finish(self, future: Future[TrialOutcome], job: Job, summary: RunSummary) -> None:
+        trial: optuna.Trial = job.key
         error = future.exception()
-        if entry.timed_out:
+        if job.timed_out:
             error = TrialTimeout(
                 f"trial outran its {self.trial_timeout:.0f}s limit",
-                evidence=Evidence(
-                    argv=_argv(self.run_dir.trial(trial.number)),
-                    elapsed_s=time.monotonic() - entry.began,
-                    signature="trial_timeout",
-                ),
+                evidence=Evidence(argv=_argv(job.trial_dir), elapsed_s=time.monotonic() - job.began, signature="trial_timeout"),
             )
         outcome = None if error is not None else future.result()
         if error is not None and not isinstance(error, TunerError):
             logger.error("trial %d: unexpected %s", trial.number, error, exc_info=error)
         state, text, evaluation = record(self.study, trial, self.run_dir, self.objective, outcome=outcome, error=error)
-        wall = time.monotonic() - entry.began
+        wall = time.monotonic() - job.began
         self._durations.append(wall)
         summary.states[state.name] = summary.states.get(state.name, 0) + 1
         done = self.finished()
@@ -504,19 +451,11 @@ class Driver:
             write_trials_csv(self.study, self.run_dir.trials_csv)
 
 
-@dataclass
-class _Running:
-    trial: optuna.Trial
-    partition: Partition
-    began: float
-    timed_out: bool = False
-
-
 TICK_S = 2.0
 
 
 def _tick_rows(driver: Driver) -> list[tuple[int, Partition, Path]]:
-    return [(r.trial.number, r.partition, driver.run_dir.trial(r.trial.number)) for r in driver._running.values()]
+    return [(job.key.number, job.partition, job.trial_dir) for job in driver._running.values()]
 
 
 def _written_outcome(trial_dir: Path) -> TrialOutcome | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +33,9 @@ from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.noise import differs, is_noisy, kept
 from tuner.objectives import ObjectiveSet
-from tuner.partitions import PartitionPool, trial_size
 from tuner.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
 from tuner.records import TrialOutcome
+from tuner.scheduler import Scheduler
 from tuner.space import SearchSpace
 from tuner.trials import read_study, read_trials, save_noise, save_revalidation
 
@@ -91,38 +91,57 @@ def remeasure(
     space: SearchSpace,
     objective: ObjectiveSet,
     run_dir: RunDir,
-    executor: Executor,
+    runner: Executor | Scheduler,
     items: list[tuple[str, dict[str, Any]]],
     *,
     repeats: int,
     ledger: Ledger | None = None,
     on_run: Callable[[str, int, str], None] | None = None,
 ) -> dict[str, _Item]:
-    """Run each item ``repeats`` times on fresh servers, round by round, partitions in parallel."""
-    pool = PartitionPool(space.hardware.kind, space.hardware.devices)
+    """Run each item ``repeats`` times on fresh servers, round by round, partitions in parallel.
+
+    Through the search's :class:`~tuner.scheduler.Scheduler` (``runner``; an executor gets one of
+    its own): the same GPU hygiene, per-trial time limit and stop. A stop requested meanwhile
+    stops the runs in flight and records them as failures."""
+    scheduler = (
+        runner
+        if isinstance(runner, Scheduler)
+        else Scheduler(space, runner, ledger or Ledger(run_dir.root / "servers"), time_limit=space.budget.trial_timeout)
+    )
     state = {label: _Item(label, params) for label, params in items}
     queue = [(label, r) for r in range(repeats) for label, _ in items]
-    running: dict[Future[TrialOutcome], tuple[str, int, Any]] = {}
-    while queue or running:
-        while queue and len(running) < executor.max_parallel:
+    folder = run_dir.root / "validate"
+    while (queue or scheduler.running) and not scheduler.stop_reason:
+        while queue and len(scheduler.running) < scheduler.max_parallel:
             label, r = queue[0]
-            partition = pool.acquire(trial_size(space.hardware.per_trial, state[label].params))
-            if partition is None:
+            where = folder / f"{label}-{len(list(folder.glob(f'{label}-*')))}"
+            if scheduler.launch((label, r), state[label].params, where) is None:
                 break
             queue.pop(0)
-            where = run_dir.root / "validate" / f"{label}-{len(list((run_dir.root / 'validate').glob(f'{label}-*')))}"
-            running[executor.submit(space, state[label].params, where, partition, ledger)] = (label, r, partition)
-        done, _ = wait(list(running), return_when=FIRST_COMPLETED)
-        for future in done:
-            label, r, partition = running.pop(future)
-            pool.release(partition)
-            text = _record(state[label], future, objective)
+        if not scheduler.running:  # nothing could start: every partition of the size was refused
+            for label, _ in queue:
+                state[label].failures.append("not launched: " + "; ".join(scheduler.refusals))
+            break
+        for future, job in scheduler.wait(timeout=0.5):
+            label, r = job.key
+            text = _record(state[label], future, objective, scheduler.time_limit if job.timed_out else None)
             if on_run:
                 on_run(label, r, text)
+    if scheduler.stop_reason:
+        for job in scheduler.stop().values():
+            label, r = job.key
+            state[label].failures.append(f"stopped: {scheduler.stop_reason}")
+            if on_run:
+                on_run(label, r, f"stopped: {scheduler.stop_reason}")
     return state
 
 
-def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet) -> str:
+def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet, outran: float | None = None) -> str:
+    """A run's values into ``item`` (or its failure); ``outran``: the time limit it passed."""
+    if outran is not None:
+        text = f"outran its {outran:.0f}s limit: stopped"
+        item.failures.append(text)
+        return f"failed: {text}"
     try:
         values = objective.evaluate(future.result()).values
     except (TunerError, KeyError) as exc:
@@ -184,7 +203,7 @@ def measure_reference(
     space: SearchSpace,
     objective: ObjectiveSet,
     run_dir: RunDir,
-    executor: Executor,
+    executor: Executor | Scheduler,
     *,
     runs: int,
     ledger: Ledger | None = None,
@@ -218,7 +237,7 @@ def revalidate(
     space: SearchSpace,
     objective: ObjectiveSet,
     run_dir: RunDir,
-    executor: Executor,
+    executor: Executor | Scheduler,
     *,
     top: int,
     repeats: int,
@@ -253,7 +272,7 @@ def race(
     space: SearchSpace,
     objective: ObjectiveSet,
     run_dir: RunDir,
-    executor: Executor,
+    executor: Executor | Scheduler,
     *,
     budget: int,
     how: str = "knee",
@@ -271,7 +290,7 @@ def race(
         except ConfigError:
             return used
         tied = [chosen.number, *chosen.ties]
-        if len(tied) < 2 or used + len(tied) > budget:
+        if len(tied) < 2 or used + len(tied) > budget or (isinstance(executor, Scheduler) and executor.stop_reason):
             return used
         revalidate(
             study,

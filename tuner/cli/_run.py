@@ -165,11 +165,11 @@ def _run_locked(
                 "search"
             )
             measure_reference(
-                the_study, the_space, objective, run_dir, runner, runs=plan.reference_runs, ledger=ledger, on_run=_remeasured
+                the_study, the_space, objective, run_dir, driver.scheduler, runs=plan.reference_runs, on_run=_remeasured
             )
-        summary = _search(driver, the_study, the_space, objective, run_dir, runner, ledger, plan, budget)
+        summary = _search(driver, the_study, the_space, objective, run_dir, plan, budget)
         if plan is not None and not driver.stop_requested:
-            _remeasure_front(the_study, the_space, objective, run_dir, runner, ledger, plan, budget)
+            _remeasure_front(the_study, the_space, objective, run_dir, driver.scheduler, plan, budget)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -187,7 +187,7 @@ def _run_locked(
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _search(driver, study, space, objective, run_dir, runner, ledger, plan, budget) -> RunSummary:
+def _search(driver, study, space, objective, run_dir, plan, budget) -> RunSummary:
     """The search; where the space asks (remeasure.every), paused after every K trials to run the
     reference on a fresh server again, so drift during a long night is seen, not guessed."""
     total = RunSummary()
@@ -207,14 +207,14 @@ def _search(driver, study, space, objective, run_dir, runner, ledger, plan, budg
             break
         echo(f"reference again after {driver.finished()} trials (fresh server): drift check")
         noise = measure_reference(
-            study, space, objective, run_dir, runner, runs=1, ledger=ledger, on_run=_remeasured, when=f"after{driver.finished()}"
+            study, space, objective, run_dir, driver.scheduler, runs=1, on_run=_remeasured, when=f"after{driver.finished()}"
         )
         if noise and noise.get("drift") is not None:
             echo(f"  drift: the reference moved {noise['drift']:+.1%} since the start, beyond the noise")
     return total
 
 
-def _remeasure_front(study, space, objective, run_dir, runner, ledger, plan, budget) -> None:
+def _remeasure_front(study, space, objective, run_dir, scheduler, plan, budget) -> None:
     """The front candidates and the reference again on fresh servers, interleaved."""
     front = len(pareto_front(candidates(study), signs(study)))
     top, repeats = plan.plan(budget, front)
@@ -222,10 +222,10 @@ def _remeasure_front(study, space, objective, run_dir, runner, ledger, plan, bud
         echo("\nre-measure: no budget share left for the front candidates (remeasure.share)")
         return
     echo(f"\nre-measure: {top} front candidate(s) and the reference, {repeats} more fresh server(s) each, interleaved")
-    revalidate(study, space, objective, run_dir, runner, top=top, repeats=repeats, ledger=ledger, on_run=_remeasured)
+    revalidate(study, space, objective, run_dir, scheduler, top=top, repeats=repeats, on_run=_remeasured)
     if plan.race:
         echo(f"race: the pick and the configs it ties with, once more each per round (at most {plan.race} launches)")
-        used = race(study, space, objective, run_dir, runner, budget=plan.race, ledger=ledger, on_run=_remeasured)
+        used = race(study, space, objective, run_dir, scheduler, budget=plan.race, on_run=_remeasured)
         echo(f"  {used} launch(es) spent breaking ties")
 
 
