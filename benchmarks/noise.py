@@ -45,7 +45,7 @@ def target_only(space: spaces.SearchSpace, **load: Any) -> spaces.SearchSpace:
     spec = space.probes.load
     assert spec is not None, "the space has no load probe"
     spec = spec.model_copy(update={"concurrency": [spec.target_concurrency], "target": spec.target_concurrency, **load})
-    return space.model_copy(update={"probes": space.probes.model_copy(update={"load": spec, "recall": None, "overload": None})})
+    return space.model_copy(update={"probes": spaces.ProbesSpec(load=spec, recall=None, served=None, overload=None, slo=None)})
 
 
 def spread(values: list[float]) -> float:

@@ -79,7 +79,9 @@ def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = N
     base, _ = spaces.load("cpu-llamacpp")
     configs = [{**base.enqueue[0], "ctx-size": 4096 + 512 * i} for i in range(n)]
     truth = dict(zip((c["ctx-size"] for c in configs), landscape(rng, n), strict=True))
-    space = base.model_copy(update={"enqueue": configs})
+    # throughput at the target level against recall (the replay draws load-probe figures): no SLO probe
+    probes = base.probes.model_copy(update={"slo": None})
+    space = base.model_copy(update={"enqueue": configs, "objectives": "throughput-vs-context", "probes": probes})
     objective = objectives.load(space.objectives)
     run_dir = RunDir(root / f"s{seed}-{sigma}")
     study = open_study(space, objective, name="replay", storage=optuna.storages.InMemoryStorage(), source="replay")  # type: ignore[arg-type]

@@ -86,3 +86,18 @@ def test_cli_from_a_real_log() -> None:
 def test_cli_needs_an_input() -> None:
     out = tune("limits")
     assert out.returncode == 2 and "needs --study/--trial" in out.stderr
+
+
+def test_the_measured_slo_load_sits_beside_the_capacity_derived_calls() -> None:
+    from optuna.trial import TrialState
+
+    from tuner.limits import for_trial
+    from tuner.trials import TrialRecord
+
+    metrics = {"slo.concurrency": 3.0, "slo.concurrency_violated": 4.0, "slo.goodput": 85.5}
+    trial = TrialRecord(0, TrialState.COMPLETE, {}, metrics=metrics, capacity={"kv_tokens": 4096, "max_running_requests": 2})
+    limits = for_trial({"context_per_request": 2048}, trial)
+    assert (limits.slo_concurrency, limits.slo_broke_at, limits.slo_goodput) == (3, 4, 85.5)
+    text = limits.render([2048])
+    assert "  parallel calls in SLO   3   (at 85.5 output tok/s; 4 break it)" in text
+    assert "  max running requests    2" in text

@@ -76,12 +76,17 @@ def dry_run(
         ]
     start = adapter.typical_start_s
     load = space.probes.load
-    probes = (len(load.concurrency) * (load.max_duration + 5.0)) if load is not None else 0.0
+    level = (load.max_duration + 5.0) if load is not None else 20.0
+    probes = len(load.concurrency) * level if load is not None else 0.0
+    slo = space.probes.slo
+    levels = "load levels" + (f" + at most {slo.max_levels} SLO levels" if slo is not None else "")
     per_trial = start + probes
+    most = per_trial + (slo.max_levels * level if slo is not None else 0.0)
     night = budget * per_trial / max(1, max_parallel)
     limit = f"; the space's timeout {format_duration(timeout)} stops launching first" if timeout and timeout < night else ""
+    spread = f" to {format_duration(most)}" if slo is not None else ""
     lines.append(
-        f"estimate: {budget} trials x at least {format_duration(per_trial)} (start ~{start:.0f}s + load levels; recall and "
-        f"other probes add to it) / {max_parallel} at a time = at least {format_duration(night)}{limit}"
+        f"estimate: {budget} trials x at least {format_duration(per_trial)}{spread} (start ~{start:.0f}s + {levels}; recall "
+        f"and other probes add to it) / {max_parallel} at a time = at least {format_duration(night)}{limit}"
     )
     return lines

@@ -37,6 +37,9 @@ class Limits:
     max_queued_requests: int | None = None
     recall_verified_context: int | None = None  # the longest needle rung the config passed (probes.recall)
     served_context: int | None = None  # the context served at the target concurrency (probes.served); 0: failed
+    slo_concurrency: int | None = None  # the most concurrent calls that held the objective set's SLO (probes.slo)
+    slo_broke_at: int | None = None  # the fewest that broke it
+    slo_goodput: float | None = None  # output tok/s at slo_concurrency
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -77,6 +80,13 @@ class Limits:
             )
         return notes
 
+    def _slo_note(self) -> str:
+        """Beside the SLO load: its goodput and the load that broke the SLO, where measured."""
+        parts = [f"at {self.slo_goodput:,.1f} output tok/s"] if self.slo_goodput is not None else []
+        if self.slo_broke_at is not None:
+            parts.append(f"{self.slo_broke_at:,} break it")
+        return f"   ({'; '.join(parts)})" if parts else ""
+
     def to_dict(self, contexts: list[int]) -> dict[str, Any]:
         return {
             **{k: v for k, v in asdict(self).items()},
@@ -101,6 +111,7 @@ class Limits:
             f"  recall-verified context {fmt(self.recall_verified_context)}",
             f"  served at concurrency   {fmt(self.served_context)}"
             + ("   (FAILED: long requests side by side did not all complete)" if self.served_context == 0 else ""),
+            f"  parallel calls in SLO   {fmt(self.slo_concurrency)}{self._slo_note()}",
             "runtime-derived",
             f"  KV pool tokens          {fmt(self.kv_tokens)}"
             + (f"   ({self.sources['kv_tokens']})" if "kv_tokens" in self.sources else ""),
@@ -121,7 +132,12 @@ def default_contexts(limits: Limits) -> list[int]:
     return sorted({max(256, top // 4**i) for i in range(4)} | measured, reverse=True)
 
 
-_MEASURED = (("recall_verified_context", "recall.effective_context"), ("served_context", "served.context"))
+_MEASURED = (
+    ("recall_verified_context", "recall.effective_context"),
+    ("served_context", "served.context"),
+    ("slo_concurrency", "slo.concurrency"),
+    ("slo_broke_at", "slo.concurrency_violated"),
+)
 
 
 def for_trial(configured: dict[str, int | None], trial: TrialRecord) -> Limits:
@@ -130,7 +146,9 @@ def for_trial(configured: dict[str, int | None], trial: TrialRecord) -> Limits:
     from tuner.records import Capacity
 
     metrics = trial.metrics
-    checked = {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}
+    checked: dict[str, Any] = {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}
+    if "slo.goodput" in metrics:
+        checked["slo_goodput"] = float(metrics["slo.goodput"])
     capacity = Capacity.from_dict(dict(trial.capacity)) if trial.capacity else None
     return from_config({**configured, **checked}, capacity)
 

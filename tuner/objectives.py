@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tuner.data import shipped
 from tuner.exceptions import ConfigError
+from tuner.space.schema import SloTargets
 
 if TYPE_CHECKING:
     from tuner.records import TrialOutcome
@@ -34,6 +35,7 @@ Role = Literal["throughput", "context", "energy", "capacity", "latency"]
 # Where an objective set does not say, a metric's role follows from its name.
 _ROLE_OF = (
     (re.compile(r"^load\.(output|total)_tok_s(_per_gpu)?(@\d+)?$"), "throughput"),
+    (re.compile(r"^slo\.goodput(_per_gpu)?$"), "throughput"),
     (re.compile(r"^(recall\.effective_context|served\.context|capacity\.context_per_request)$"), "context"),
     (re.compile(r"^telemetry\.tokens_per_joule(@\d+)?$"), "energy"),
     (re.compile(r"^capacity\.(kv_tokens|max_running_requests)$"), "capacity"),
@@ -99,6 +101,9 @@ class ObjectiveSet(BaseModel):
     description: str = ""
     objectives: list[Objective] = Field(min_length=1)
     constraints: list[MetricConstraint] = Field(default_factory=list)
+    # what a config must hold at a load to count as serving it: read by the SLO probe (the space's
+    # probes.slo gets these targets when it is loaded) and by constraints on slo.* metrics
+    slo: SloTargets | None = None
 
     @field_validator("constraints", mode="before")
     @classmethod

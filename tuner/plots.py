@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tuner.pareto import StudyFront
 from tuner.trials import TrialRecord
 
-__all__ = ["concurrency_html", "front_html", "front_png", "importance_html", "power_html", "timeline_html"]
+__all__ = ["concurrency_html", "front_html", "front_png", "importance_html", "power_html", "slo_html", "timeline_html"]
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
 
@@ -220,3 +221,36 @@ def importance_html(study, target_index: int, target_name: str) -> str | None:  
     except (ValueError, RuntimeError, ZeroDivisionError):
         return None
     return fig.to_html(include_plotlyjs=False, full_html=False, div_id="importance")
+
+
+def slo_html(study_trials: Sequence[TrialRecord], targets: Any) -> str:
+    """Each trial's p99 latencies against concurrency (the SLO probe's levels), the SLO as dashed lines."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    names = [n for n in ("ttft_p99", "itl_p99", "tpot_p99") if getattr(targets, n, None) is not None]
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[f"{n} (s)" for n in names])
+    for t in study_trials:
+        levels = sorted(((int(c), v) for c, v in (t.slo.get("levels") or {}).items()), key=lambda cv: cv[0])
+        for col, name in enumerate(names, start=1):
+            points = [(c, v[name]) for c, v in levels if v.get(name) is not None]
+            if points:
+                fig.add_trace(
+                    go.Scatter(
+                        x=[c for c, _ in points],
+                        y=[y for _, y in points],
+                        mode="lines+markers",
+                        name=f"trial {t.number}",
+                        legendgroup=str(t.number),
+                        showlegend=col == 1,
+                        hovertext=str(dict(t.params)),
+                        hoverinfo="text+x+y",
+                    ),
+                    row=1,
+                    col=col,
+                )
+    for col, name in enumerate(names, start=1):
+        fig.add_hline(y=getattr(targets, name), line_dash="dash", line_color="red", row=1, col=col)
+    fig.update_xaxes(title_text="concurrent clients", type="log")
+    fig.update_layout(title="p99 latency against load (dashed: the SLO)", template="plotly_white")
+    return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id="slo"))

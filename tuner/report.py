@@ -14,11 +14,12 @@ import optuna
 
 from tuner.exceptions import ConfigError
 from tuner.export import build_export
+from tuner.gain import gains
 from tuner.limits import default_contexts
 from tuner.lock import stale_running
 from tuner.pareto import fronts
 from tuner.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
-from tuner.plots import concurrency_html, front_html, importance_html, power_html, timeline_html
+from tuner.plots import concurrency_html, front_html, importance_html, power_html, slo_html, timeline_html
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
 from tuner.trials import TrialRecord, read_trials
@@ -148,6 +149,8 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
             "",
         ]
         md += [f"- warning: {w}" for w in chosen.warnings()]
+    md += ["## What tuning bought (the pick against the baseline, on fresh servers)", "", *_gain_rows(study), ""]
+    md += ["## Load within the SLO (the SLO probe's levels)", "", *_slo_rows(everything), ""]
     markdown = "\n".join(md) + "\n"
 
     plot = front_html(the_fronts, x, y, full_html=False)  # carries plotly.js once; the other plots reuse it
@@ -156,6 +159,8 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
         ("Timeline", timeline_html(everything)),
         ("Throughput vs concurrency", concurrency_html(everything, y.split("@")[0])),
     ]
+    if space.probes.slo is not None and space.probes.slo.targets is not None:
+        plots.append(("Latency against load, with the SLO", slo_html(everything, space.probes.slo.targets)))
     importance = importance_html(study, throughput or 0, y) if metric_names else None
     plots.append(
         (
@@ -209,6 +214,35 @@ def _trials_rows(trials: list[TrialRecord], names: list[str]) -> list[str]:
             + " |"
         )
     return rows
+
+
+def _gain_rows(study: optuna.Study) -> list[str]:
+    chosen, found = gains(study)
+    if chosen is None:
+        return ["no pick yet"]
+    if not found:
+        return ["unknown: no baseline measured on fresh servers (the space enqueues none, or remeasure is off)"]
+    return [f"trial {chosen.number} against the baseline (the reference config):", "", *(f"- {g.describe()}" for g in found)]
+
+
+def _slo_rows(trials: list[TrialRecord]) -> list[str]:
+    """Per trial: the largest load that held the SLO, the smallest that broke it, and what broke."""
+    measured = [t for t in trials if "slo.concurrency" in t.metrics]
+    if not measured:
+        return ["no SLO probe in this space (probes.slo)"]
+    rows = ["| trial | holds (clients) | goodput tok/s | breaks at | what broke | levels run |", "|---|---|---|---|---|---|"]
+    for t in measured:
+        m = t.metrics
+        ci = f" +- {m['slo.goodput_ci']:,.1f}" if "slo.goodput_ci" in m else ""
+        broke = f"{m['slo.concurrency_violated']:.0f}" if "slo.concurrency_violated" in m else "-"
+        cells = [str(t.number), f"{m['slo.concurrency']:.0f}", f"{m['slo.goodput']:,.1f}{ci}", broke, _what_broke(t)]
+        rows.append("| " + " | ".join([*cells, f"{m.get('slo.levels', 0):.0f}"]) + " |")
+    return rows
+
+
+def _what_broke(t: TrialRecord) -> str:
+    levels = (t.slo.get("levels") or {}).get(str(int(t.metrics.get("slo.concurrency_violated", -1))), {})
+    return "; ".join(levels.get("broke") or []) or "-"
 
 
 def _revalidation_rows(study: optuna.Study) -> list[str]:

@@ -146,6 +146,7 @@ def run_trial(
         try:
             with pinned(partition.client_cpus), sampler:
                 for probe in probes.from_space(space):
+                    probe.see(results)
                     results.append(probe.run(served.handle))
         except Exception as exc:
             crash = _crash(served.server, results, probe_began, failed=(probe.name, exc))
@@ -155,7 +156,7 @@ def run_trial(
         if (crash := _crash(served.server, results, probe_began)) is not None:
             raise crash
         if partition.kind == "gpu":
-            results = [per_gpu(r, len(partition.devices)) if r.probe == "load" else r for r in results]
+            results = [per_gpu(r, len(partition.devices)) for r in results]
         if (measured := _telemetry(sampler, results, space)) is not None:
             results.append(measured)
         probe_s = time.time() - probe_began

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +37,7 @@ from tuner.pick import Candidate, candidates, objective_metrics, pareto_front, p
 from tuner.records import TrialOutcome
 from tuner.scheduler import Scheduler
 from tuner.space import SearchSpace
-from tuner.trials import read_study, read_trials, save_noise, save_revalidation
+from tuner.trials import TrialRecord, read_study, read_trials, save_noise, save_revalidation
 
 __all__ = ["Revalidation", "measure_reference", "reference_params", "remeasure", "revalidate", "top_candidates"]
 
@@ -51,6 +51,7 @@ class Revalidation:
     original: tuple[float, ...]
     runs: tuple[tuple[float, ...], ...]  # the re-runs only
     failures: tuple[str, ...]
+    metrics: tuple[dict[str, float], ...] = ()  # the re-runs' RUN_METRICS, aligned with ``runs``
 
     @property
     def all_runs(self) -> tuple[tuple[float, ...], ...]:
@@ -75,8 +76,13 @@ class Revalidation:
         """The mean (a disturbed run left out) relative to the first measurement, per objective."""
         return tuple((m - o) / o if o else 0.0 for m, o in zip(self.mean, self.original, strict=True))
 
-    def to_dict(self) -> dict:
-        return {"values": list(self.mean), "runs": [list(r) for r in self.all_runs], "failures": list(self.failures)}
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "values": list(self.mean),
+            "runs": [list(r) for r in self.all_runs],
+            "failures": list(self.failures),
+            "metrics": [dict(m) for m in self.metrics],
+        }
 
 
 @dataclass
@@ -85,6 +91,15 @@ class _Item:
     params: dict[str, Any]
     values: list[tuple[float, ...]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    metrics: list[dict[str, float]] = field(default_factory=list)  # RUN_METRICS of each run in ``values``
+
+
+# what a re-run keeps beside its objective values: the figures tuner.gain compares pick and baseline on
+RUN_METRICS = ("slo.goodput", "slo.concurrency", "load.output_tok_s")
+
+
+def run_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    return {m: float(metrics[m]) for m in RUN_METRICS if m in metrics}
 
 
 def remeasure(
@@ -143,13 +158,15 @@ def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet, 
         item.failures.append(text)
         return f"failed: {text}"
     try:
-        values = objective.evaluate(future.result()).values
+        outcome = future.result()
+        values = objective.evaluate(outcome).values
     except (TunerError, KeyError) as exc:
         evidence = getattr(exc, "evidence", None)
         text = evidence.describe() if evidence else f"{type(exc).__name__}: {exc}"
         item.failures.append(text)
         return f"failed: {text}"
     item.values.append(values)
+    item.metrics.append(run_metrics(outcome.metrics()))
     return " ".join(f"{name} {v:,.1f}" for name, v in zip(objective.metric_names, values, strict=True))
 
 
@@ -161,21 +178,23 @@ def reference_params(study: optuna.Study, space: SearchSpace) -> dict[str, Any] 
     return dict(space.enqueue[0]) if space.enqueue else None
 
 
-def _reference_trial_values(study: optuna.Study, params: dict[str, Any]) -> list[list[float]]:
-    for t in read_trials(study, states=(TrialState.COMPLETE,)):
-        if t.params == params and t.duplicate_of is None:
-            return [list(t.values or ())]
-    return []
+def _reference_trial(study: optuna.Study, params: dict[str, Any]) -> list[TrialRecord]:
+    return [t for t in read_trials(study, states=(TrialState.COMPLETE,)) if t.params == params and t.duplicate_of is None][:1]
 
 
 def store_reference(study: optuna.Study, params: dict[str, Any], item: _Item, when: str) -> dict[str, Any]:
     """Append the reference's runs (its own trial's first) and re-check drift: start vs end."""
     noise = dict(read_study(study, trials=False).noise or {REFERENCE: params, "runs": [], "labels": []})
     if "trial" not in noise["labels"]:  # the reference's own trial runs after the start measurement
-        own = _reference_trial_values(study, params)
-        noise["runs"], noise["labels"] = own + noise["runs"], ["trial"] * len(own) + noise["labels"]
+        own = _reference_trial(study, params)
+        noise["runs"], noise["labels"] = (
+            [list(t.values or ()) for t in own] + noise["runs"],
+            ["trial"] * len(own) + noise["labels"],
+        )
+        noise["metrics"] = [run_metrics(t.metrics) for t in own] + list(noise.get("metrics", []))
     noise["runs"] = noise["runs"] + [list(v) for v in item.values]
     noise["labels"] = noise["labels"] + [when] * len(item.values)
+    noise["metrics"] = list(noise.get("metrics", [])) + item.metrics
     noise["failures"] = noise.get("failures", []) + item.failures
     noise["drift"] = _drift(study, noise)
     save_noise(study, noise)
@@ -259,7 +278,14 @@ def revalidate(
         item = state[f"trial{cand.number}"]
         previous = cand.trial.revalidated or {}
         earlier = [tuple(r) for r in previous.get("runs", [])[1:]]
-        result = Revalidation(cand.number, tuple(cand.trial.values or ()), (*earlier, *item.values), tuple(item.failures))
+        earlier_metrics = list(previous.get("metrics", [])) if len(previous.get("metrics", [])) == len(earlier) else []
+        result = Revalidation(
+            cand.number,
+            tuple(cand.trial.values or ()),
+            (*earlier, *item.values),
+            tuple(item.failures),
+            tuple([*earlier_metrics, *item.metrics]) if earlier_metrics or not earlier else (),
+        )
         save_revalidation(study, cand.number, result.to_dict())
         results.append(result)
     if reference is not None:

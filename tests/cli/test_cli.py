@@ -206,7 +206,7 @@ def test_dry_run_lays_out_and_renders_without_starting_anything(tmp_path: Path) 
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("space ") and lines[0].endswith(
-        "valid (llamacpp, 7 parameters, objectives load.output_tok_s, recall.effective_context)"
+        "valid (llamacpp, 7 parameters, objectives slo.goodput, recall.effective_context)"
     )
     assert "  partition 0: cpu 0,1, ports 31000+" in lines
     enqueued = yaml.safe_load((ROOT / "search_spaces" / "cpu-llamacpp.yaml").read_text())["enqueue"][0]

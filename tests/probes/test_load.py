@@ -248,10 +248,10 @@ def test_a_lost_cancel_does_not_keep_the_level_running(
     lost: list[float] = []
     starts: list[float] = []
 
-    async def loses_one_cancel(client, url, body, headers, rec=None):  # type: ignore[no-untyped-def]
+    async def loses_one_cancel(client, url, body, headers, rec=None, cached_field=None):  # type: ignore[no-untyped-def]
         starts.append(time.perf_counter())
         try:
-            return await real(client, url, body, headers, rec=rec)
+            return await real(client, url, body, headers, rec=rec, cached_field=cached_field)
         except asyncio.CancelledError:
             if lost:
                 raise

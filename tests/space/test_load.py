@@ -196,3 +196,23 @@ def test_every_shipped_gpu_space_measures_with_cuda_graphs(path: Path, tmp_path:
         off = engines.get(space.engine).graphs_off_flags[0]
         spaces.validate({**raw, "server": {**raw["server"], "flags": {**raw["server"]["flags"], off: True}}}, path.name)
     assert f"{path.name}: server.flags.{off}: trials measure without CUDA graphs" in caplog.text
+
+
+def test_the_slo_is_written_once_in_the_objective_set_and_reaches_the_probe() -> None:
+    from tuner import objectives
+
+    space, _ = spaces.load("cpu-llamacpp")
+    assert space.probes.slo is not None and space.probes.slo.targets == objectives.load("goodput-vs-context-cpu").slo
+    raw = tiny_space(objectives="goodput-vs-context-cpu")
+    raw["probes"]["recall"] = {"lengths": [1024]}
+    raw["probes"]["slo"] = {"targets": {"ttft_p99": 9.0}}
+    with pytest.raises(SpaceError, match=r"t.yaml: probes.slo.targets: differ from objective set 'goodput-vs-context-cpu''s slo"):
+        spaces.validate(raw, "t.yaml")
+    raw["probes"]["slo"] = {}
+    raw["objectives"] = "throughput"
+    with pytest.raises(SpaceError, match=r"t.yaml: probes.slo: objective set 'throughput' states no slo"):
+        spaces.validate(raw, "t.yaml")
+    del raw["probes"]["slo"]
+    raw["objectives"] = "goodput-vs-context-cpu"
+    with pytest.raises(SpaceError, match=r"'slo.goodput', which this space's probes do not measure \(add `slo: \{\}` under"):
+        spaces.validate(raw, "t.yaml")

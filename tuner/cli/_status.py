@@ -8,6 +8,7 @@ import optuna
 import typer
 
 from tuner.cli._common import echo, echo_table, open_existing, terminal_width
+from tuner.gain import gains
 from tuner.lock import stale_running
 from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.screen import describe_screen, screen_for
@@ -63,6 +64,23 @@ def print_best(study: optuna.Study) -> None:
     for c in front:
         echo(f"  {c.describe(names)}")
     echo(f"pick (knee): {pick(study, 'knee').describe(names)}")
+    for line in gain_lines(study):
+        echo(line)
+
+
+def gain_lines(study: optuna.Study) -> list[str]:
+    """What tuning bought: the pick against the baseline (the reference config), on fresh servers."""
+    chosen, found = gains(study)
+    if chosen is None:
+        return []
+    if not found:
+        return [
+            "what tuning bought: unknown (no baseline measured on fresh servers: the space enqueues none, or remeasure is off)"
+        ]
+    return [
+        f"what tuning bought (trial {chosen.number} against the baseline, fresh servers):",
+        *(f"  {g.describe()}" for g in found),
+    ]
 
 
 def print_noise(study: optuna.Study) -> None:

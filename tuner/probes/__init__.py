@@ -1,5 +1,6 @@
-"""Probes measure a running server: load (throughput, latency), recall (effective context),
-overload (what a burst beyond capacity meets)."""
+"""Probes measure a running server: load (throughput, latency), SLO (the largest load within the
+objective set's SLO), recall (effective context), served context, overload (what a burst beyond
+capacity meets)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tuner.probes.load import LoadProbe
 from tuner.probes.overload import OverloadProbe
 from tuner.probes.recall import RecallProbe
 from tuner.probes.served import ServedContextProbe
+from tuner.probes.slo import SloProbe
 
 if TYPE_CHECKING:
     from tuner.space import SearchSpace
@@ -21,11 +23,12 @@ __all__ = [
     "RecallProbe",
     "ServedContextProbe",
     "ServerHandle",
+    "SloProbe",
     "from_space",
     "metric_names",
 ]
 
-_PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, RecallProbe, ServedContextProbe, OverloadProbe)}
+_PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, SloProbe, RecallProbe, ServedContextProbe, OverloadProbe)}
 CAPACITY_METRICS = {"capacity.kv_tokens", "capacity.max_running_requests", "capacity.context_per_request"}
 
 
@@ -38,20 +41,23 @@ def from_space(space: SearchSpace) -> list[Probe]:
             continue
         if cls is ServedContextProbe:  # at the load probe's target concurrency unless the spec says
             found.append(ServedContextProbe(spec, default_concurrency=specs.load.target_concurrency if specs.load else 1))
+        elif cls is SloProbe:  # each level is a load-probe level: its workload and windows
+            found.append(SloProbe(spec, load=specs.load))
         else:
             found.append(cls(spec))
     return found
 
 
 def metric_names(space: SearchSpace) -> set[str]:
-    from tuner.probes.load import PER_GPU_METRICS
+    from tuner.probes.load import PER_GPU
     from tuner.telemetry import LEVEL_METRICS
 
     names = set(CAPACITY_METRICS)
     for probe in from_space(space):
         names |= {f"{probe.name}.{m}" for m in probe.metric_names(probe.spec)}
-    if space.probes.load is not None and space.hardware.kind == "gpu":  # tuner.probes.load.per_gpu
-        names |= {f"load.{m}" for m in PER_GPU_METRICS}
+    if space.hardware.kind == "gpu":  # tuner.probes.load.per_gpu
+        for probe in from_space(space):
+            names |= {f"{probe.name}.{per}" for _, per in PER_GPU.get(probe.name, ())}
     if space.probes.load is not None:  # sampled during the load levels (tuner.telemetry)
         names |= {f"telemetry.{m}" for m in LEVEL_METRICS}
         names |= {f"telemetry.{m}@{c}" for m in LEVEL_METRICS for c in space.probes.load.concurrency}

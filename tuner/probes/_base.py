@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,6 +44,10 @@ class Probe(ABC):
 
     @abstractmethod
     def run(self, server: ServerHandle) -> ProbeResult: ...
+
+    def see(self, earlier: Sequence[ProbeResult]) -> None:
+        """What the probes before this one measured on the same server (default: ignored)."""
+        return None
 
     @classmethod
     @abstractmethod

@@ -31,7 +31,7 @@ from tuner.records import ProbeResult
 from tuner.space.schema import LoadProbeSpec
 from tuner.stats import batch_means, percentiles
 
-__all__ = ["PER_GPU_METRICS", "LoadProbe", "RequestRecord", "per_gpu", "stop_clients", "stream_request"]
+__all__ = ["PER_GPU", "PER_GPU_METRICS", "LoadProbe", "RequestRecord", "per_gpu", "stop_clients", "stream_request"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,18 +87,18 @@ class LoadProbe(Probe):
         limits = httpx.Limits(max_connections=max(levels) + 4, max_keepalive_connections=max(levels) + 4)
         timeout = httpx.Timeout(spec.request_timeout, connect=10.0)
         async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-            prompts = await self._prompts(client, server)
+            prompts = await self.prompts(client, server)
             results: dict[int, dict[str, Any]] = {}
             stop_reason = "completed"
             for level in levels:
                 progress.report(f"load: {level} concurrent clients, window {spec.duration:g}-{spec.max_duration:g}s")
-                results[level] = await self._level(client, server, prompts, level)
+                results[level] = await self.level(client, server, prompts, level)
                 stop_reason = _stop_reason(results, level, spec.target_concurrency)
                 if stop_reason != "completed":
                     break
         return self._result(results, stop_reason)
 
-    async def _prompts(self, client: httpx.AsyncClient, server: ServerHandle) -> Callable[[int], str]:
+    async def prompts(self, client: httpx.AsyncClient, server: ServerHandle) -> Callable[[int], str]:
         """The i-th request's prompt: fresh (never seen by the server) and of the asked length."""
         if self.spec.dataset:
             return _dataset_prompts(self.spec.dataset)
@@ -135,7 +135,7 @@ class LoadProbe(Probe):
         body["prompt"] = prompt
         return f"{server.url}/v1/completions", body, server.headers
 
-    async def _level(
+    async def level(
         self, client: httpx.AsyncClient, server: ServerHandle, prompt: Callable[[int], str], concurrency: int
     ) -> dict[str, Any]:
         spec = self.spec
@@ -225,21 +225,24 @@ class LoadProbe(Probe):
 
 
 PER_GPU_METRICS = ("output_tok_s_per_gpu", "output_tok_s_per_gpu_ci")
+# per probe: (metric, its per-GPU name); the SLO probe's goodput is a throughput too
+PER_GPU: dict[str, tuple[tuple[str, str], ...]] = {
+    "load": (("output_tok_s", "output_tok_s_per_gpu"), ("output_tok_s_ci", "output_tok_s_per_gpu_ci")),
+    "slo": (("goodput", "goodput_per_gpu"), ("goodput_ci", "goodput_per_gpu_ci")),
+}
 
 
 def per_gpu(result: ProbeResult, gpus: int) -> ProbeResult:
-    """``result`` with its target level's output tok/s (and CI) divided by the partition's GPUs.
+    """``result`` with its throughput (the load probe's target level, the SLO probe's goodput; and
+    their CIs) divided by the partition's GPUs; other probes' results unchanged.
 
     Where the trial size is a parameter (tp 1 and 2, tp 4 and 8), a config on more GPUs serves
     more per server but the node holds fewer of them: per GPU is what the node delivers when it
     is filled with replicas of the config, the figure that ranks such configs."""
-    if gpus < 1 or "output_tok_s" not in result.metrics:
+    pairs = PER_GPU.get(result.probe, ())
+    if gpus < 1 or not pairs or pairs[0][0] not in result.metrics:
         return result
-    added = {
-        per: result.metrics[m] / gpus
-        for per, m in zip(PER_GPU_METRICS, ("output_tok_s", "output_tok_s_ci"), strict=True)
-        if m in result.metrics
-    }
+    added = {per: result.metrics[m] / gpus for m, per in pairs if m in result.metrics}
     return replace(result, metrics={**result.metrics, **added}, details={**result.details, "gpus": gpus})
 
 

@@ -18,6 +18,8 @@ from tuner.space.schema import (
     SamplerSpec,
     SearchSpace,
     ServerSpec,
+    SloProbeSpec,
+    SloTargets,
 )
 
 __all__ = [
@@ -37,6 +39,8 @@ __all__ = [
     "SamplerSpec",
     "SearchSpace",
     "ServerSpec",
+    "SloProbeSpec",
+    "SloTargets",
     "load",
     "parse_constraint",
     "resolve_path",

@@ -56,8 +56,7 @@ def validate(raw: Any, source: str) -> SearchSpace:
         space = SearchSpace.model_validate(raw)
     except ValidationError as exc:
         raise _first_error(exc, source) from None
-    _cross_check(space, source)
-    return space
+    return _cross_check(space, source)
 
 
 def _first_error(exc: ValidationError, source: str) -> SpaceError:
@@ -77,7 +76,8 @@ def _is_union_tag(loc: tuple[Any, ...], i: int) -> bool:
     return i == 2 and loc[0] == "parameters" and loc[i] in _PARAM_TAGS
 
 
-def _cross_check(space: SearchSpace, source: str) -> None:
+def _cross_check(space: SearchSpace, source: str) -> SearchSpace:
+    """Checks across keys and files; returns the space with its SLO probe's targets from the objective set."""
     try:
         adapter = engines.get(space.engine)
     except ConfigError as exc:
@@ -109,9 +109,11 @@ def _cross_check(space: SearchSpace, source: str) -> None:
     available = objectives.available_metrics(space)
     for key, metric in objective.metric_refs():
         if metric not in available:
+            hint = " (add `slo: {}` under probes: the SLO probe measures slo.*)" if metric.startswith("slo.") else ""
             raise SpaceError(
-                source, "objectives", f"{objective.name}: {key} uses {metric!r}, which this space's probes do not measure"
+                source, "objectives", f"{objective.name}: {key} uses {metric!r}, which this space's probes do not measure{hint}"
             )
+    space = _slo_targets(space, objective, source)
     graphs_off = [k for k in adapter.graphs_off_flags if space.server.flags.get(k) or k in space.parameters]
     if graphs_off and space.hardware.kind == "gpu":
         logger.warning(
@@ -132,3 +134,22 @@ def _cross_check(space: SearchSpace, source: str) -> None:
             per_trial,
             metric,
         )
+    return space
+
+
+def _slo_targets(space: SearchSpace, objective: objectives.ObjectiveSet, source: str) -> SearchSpace:
+    """The SLO is written once, in the objective set: the space's SLO probe gets its targets here
+    (and keeps them in the study's stored space); a space that states other targets is refused."""
+    spec = space.probes.slo
+    if spec is None:
+        return space
+    if objective.slo is None:
+        raise SpaceError(
+            source, "probes.slo", f"objective set {objective.name!r} states no slo (ttft_p99, itl_p99, tpot_p99) to hold"
+        )
+    if spec.targets is not None and spec.targets != objective.slo:
+        raise SpaceError(
+            source, "probes.slo.targets", f"differ from objective set {objective.name!r}'s slo: write the SLO once, there"
+        )
+    probes = space.probes.model_copy(update={"slo": spec.model_copy(update={"targets": objective.slo})})
+    return space.model_copy(update={"probes": probes})

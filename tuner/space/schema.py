@@ -257,11 +257,61 @@ class OverloadProbeSpec(_ProbeSpec):
     request_timeout: float = 60.0
 
 
+class SloTargets(_Strict):
+    """What a config must hold at a load to count as serving it (an objective set's ``slo``):
+    p99 time to first token, p99 inter-token latency and p99 time per output token (seconds; a
+    target left out is not checked) and the share of failed requests."""
+
+    ttft_p99: float | None = Field(None, gt=0)
+    itl_p99: float | None = Field(None, gt=0)
+    tpot_p99: float | None = Field(None, gt=0)
+    error_rate: float = Field(0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _some_latency(self) -> SloTargets:
+        if self.ttft_p99 is None and self.itl_p99 is None and self.tpot_p99 is None:
+            raise ValueError("an slo needs at least one of ttft_p99, itl_p99, tpot_p99 (seconds)")
+        return self
+
+    def violated(self, level: Mapping[str, Any]) -> list[str]:
+        """The targets a load level's figures break (``"ttft_p99 1.31 > 1"``); empty: it holds them all.
+        A latency the level could not measure (no request finished) breaks its target."""
+        broken = []
+        for name in ("ttft_p99", "itl_p99", "tpot_p99"):
+            bound = getattr(self, name)
+            if bound is None:
+                continue
+            value = level.get(name)
+            if value is None or value > bound:
+                broken.append(f"{name} {'unmeasured' if value is None else f'{value:.3g}'} > {bound:g}")
+        if (rate := level.get("error_rate") or 0.0) > self.error_rate:
+            broken.append(f"error_rate {rate:.3g} > {self.error_rate:g}")
+        return broken
+
+
+class SloProbeSpec(_ProbeSpec):
+    """The largest load at which every target of the objective set's ``slo`` holds (see probes.slo).
+
+    Closed loop (concurrent clients, the load probe's workload and windows): from ``start``
+    clients, doubling up to the bound the KV pool allows (``kv_tokens`` / tokens per request) or
+    ``max_concurrency`` or the first level that breaks the SLO, then bisecting until the bracket
+    is within ``resolution`` (relative; 0: to one client). At most ``max_levels`` levels per trial
+    (levels the load probe measured already are reused, not run again). ``targets`` come from the
+    objective set when the space is loaded: they are written once, there."""
+
+    start: int = Field(1, ge=1)
+    max_concurrency: int | None = Field(None, ge=1)
+    max_levels: int = Field(6, ge=2, le=40)
+    resolution: float = Field(0.0, ge=0, lt=1)
+    targets: SloTargets | None = None
+
+
 class ProbesSpec(_Strict):
     load: LoadProbeSpec | None = Field(default_factory=LoadProbeSpec)
     recall: RecallProbeSpec | None = None
     served: ServedContextProbeSpec | None = None
     overload: OverloadProbeSpec | None = None
+    slo: SloProbeSpec | None = None
 
 
 class Budget(_Strict):

@@ -17,6 +17,7 @@ CAPACITY = "capacity"
 TIMINGS = "timings"
 LAUNCH = "launch"
 TELEMETRY = "telemetry"
+SLO = "slo"  # the SLO probe's levels, what each broke, why it stopped
 NODE = "node"
 ERROR = "error"
 SIGNATURE = "signature"

@@ -64,6 +64,7 @@ class TrialRecord:
     timings: Mapping[str, Any] = field(default_factory=dict)
     launch: Mapping[str, Any] | None = None
     telemetry: Mapping[str, Any] = field(default_factory=dict)
+    slo: Mapping[str, Any] = field(default_factory=dict)  # the SLO probe's levels and stop reason
     evidence: Mapping[str, Any] | None = None
     signature: str | None = None
     error: str | None = None
@@ -94,6 +95,7 @@ class TrialRecord:
             timings=a.get(k.TIMINGS) or {},
             launch=a.get(k.LAUNCH) or None,
             telemetry=a.get(k.TELEMETRY) or {},
+            slo=a.get(k.SLO) or {},
             evidence=a.get(k.EVIDENCE),
             signature=a.get(k.SIGNATURE),
             error=a.get(k.ERROR),

@@ -114,6 +114,8 @@ class Verdict:
             attrs[k.METRICS] = outcome.metrics()
             if (sampled := next((r for r in outcome.probes if r.probe == "telemetry"), None)) is not None:
                 attrs[k.TELEMETRY] = {key: sampled.details.get(key) for key in ("source", "trace", "windows")}
+            if (slo := next((r for r in outcome.probes if r.probe == "slo"), None)) is not None:
+                attrs[k.SLO] = slo.details
             attrs[k.CAPACITY] = outcome.capacity.to_dict()
             attrs[k.TIMINGS] = outcome.timings.__dict__
             attrs[k.LAUNCH] = outcome.launch()

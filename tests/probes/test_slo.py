@@ -1,0 +1,102 @@
+"""The SLO search: bracket by doubling, bisect to the answer, reuse what the load probe measured,
+stop at the KV bound and within the level budget. The levels here are figures the test states (a
+server whose p99 TTFT jumps past 5 clients); the real llama-server test is below."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import handle, llama_server_process
+from tuner.probes import LoadProbe, SloProbe
+from tuner.probes.slo import search
+from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
+
+TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.2)
+TTFT_SLO = 0.5  # s: a request that waits for one of the 2 slots waits a whole request (24 tokens on one core)
+
+
+def _server(knee: int, calls: list[int]) -> Any:
+    async def measure(level: int) -> dict[str, Any]:
+        calls.append(level)
+        ttft = 0.1 if level <= knee else 2.0
+        return {"ttft_p99": ttft, "itl_p99": 0.05, "error_rate": 0.0, "output_tok_s": 10.0 * min(level, knee)}
+
+    return measure
+
+
+def _search(knee: int, bound: int = 64, known: dict[int, dict[str, Any]] | None = None, **spec: Any) -> tuple[Any, list[int]]:
+    calls: list[int] = []
+    found = asyncio.run(search(_server(knee, calls), TARGETS, SloProbeSpec(**{"max_levels": 10, **spec}), bound, known or {}))
+    return found, calls
+
+
+def test_brackets_by_doubling_then_bisects_to_one_client() -> None:
+    found, calls = _search(knee=5)
+    assert calls == [1, 2, 4, 8, 6, 5]
+    assert (found.held, found.broke) == (5, 6) and found.stop_reason == "bracketed: 5 clients hold the SLO, 6 break it"
+    assert found.broken[6] == ["ttft_p99 2 > 1"]
+
+
+def test_a_relative_resolution_stops_earlier() -> None:
+    found, calls = _search(knee=40, resolution=0.2)
+    assert calls == [1, 2, 4, 8, 16, 32, 64, 48, 40]
+    assert (found.held, found.broke) == (40, 48)  # 48 - 40 <= 0.2 * 40: no finer level is worth a run
+
+
+def test_the_kv_bound_holding_ends_the_search() -> None:
+    found, calls = _search(knee=100, bound=12)
+    assert calls == [1, 2, 4, 8, 12] and found.held == 12 and found.broke is None
+    assert found.stop_reason.startswith("the bound (12 clients")
+
+
+def test_levels_the_load_probe_measured_are_not_run_again() -> None:
+    known = {1: {"ttft_p99": 0.1, "itl_p99": 0.05}, 4: {"ttft_p99": 0.1, "itl_p99": 0.05}, 16: {"ttft_p99": 3.0, "itl_p99": 0.05}}
+    found, calls = _search(knee=9, known=known)
+    assert 1 not in calls and 4 not in calls and 16 not in calls
+    assert calls == [10, 7, 8, 9] and (found.held, found.broke) == (9, 10)
+
+
+def test_one_client_breaking_the_slo_is_the_answer_zero() -> None:
+    found, calls = _search(knee=0)
+    assert calls == [1] and found.held == 0 and found.stop_reason == "even 1 client breaks the SLO"
+
+
+def test_the_level_budget_is_kept() -> None:
+    found, calls = _search(knee=37, max_levels=4)
+    assert len(calls) == 4 and found.stop_reason.startswith("level budget spent (4 levels)")
+
+
+def test_errors_and_unmeasured_latencies_break_the_slo() -> None:
+    assert TARGETS.violated({"ttft_p99": 0.1, "itl_p99": 0.1, "error_rate": 0.01}) == ["error_rate 0.01 > 0"]
+    assert TARGETS.violated({"ttft_p99": None, "itl_p99": 0.1}) == ["ttft_p99 unmeasured > 1"]
+    with pytest.raises(ValueError, match="at least one of"):
+        SloTargets(error_rate=0.0)
+
+
+@pytest.mark.integration
+def test_the_answer_holds_the_slo_and_one_more_client_breaks_it_on_a_real_llama_server(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
+    """llama-server with 2 slots on one core: a third client waits for a slot, its TTFT jumps by a
+    whole request. The probe's answer N and N + 1 are then measured again, independently (fresh
+    levels of a new load probe on the same server): N holds the SLO, N + 1 breaks it."""
+    load = LoadProbeSpec(concurrency=[1], prompt_tokens=48, output_tokens=24, duration=3, max_duration=4, warmup=1)
+    targets = SloTargets(ttft_p99=TTFT_SLO, error_rate=0.0)
+    spec = SloProbeSpec(start=1, max_levels=6, targets=targets)
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
+        server.wait_ready()
+        result = SloProbe(spec, load=load).run(handle(server))
+        n = int(result.metrics["concurrency"])
+        again = LoadProbe(load.model_copy(update={"concurrency": [n, n + 1]})).run(handle(server))
+    levels = result.details["levels"]
+    assert n >= 1 and result.metrics["concurrency_violated"] == n + 1, result.details
+    assert result.metrics["goodput"] > 0 and result.metrics["ttft_p99"] <= TTFT_SLO
+    assert levels[str(n + 1)]["broke"] and not levels[str(n)]["broke"]
+    assert result.metrics["levels"] <= 6 and result.details["stop_reason"].startswith("bracketed")
+    at_n, above = (again.details["levels"][str(c)] for c in (n, n + 1))
+    assert targets.violated(at_n) == [], at_n
+    assert targets.violated(above), above

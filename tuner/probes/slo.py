@@ -1,0 +1,208 @@
+"""SLO probe: the largest load a running server holds within the objective set's SLO.
+
+Throughput at one fixed concurrency answers "how fast at 128 clients"; operators size fleets by
+"how many concurrent users does this config serve with p99 TTFT <= X and p99 inter-token latency
+<= Y, and at what throughput". This probe answers that on the running server, with the load
+probe's workload and steady-state windows (a level here is exactly a load-probe level):
+
+1. levels the load probe already measured on this server are known (not run again);
+2. bracket: from ``start`` clients, double (from the largest level known to hold) until a level
+   breaks the SLO, or the bound the KV pool allows (``capacity.kv_tokens`` / tokens per request,
+   or ``max_concurrency``) holds it;
+3. bisect between the largest level that holds and the smallest that breaks, until they are one
+   client apart or within ``resolution`` of each other;
+
+never more than ``max_levels`` levels measured here. The answer is the largest level that held:
+``concurrency``, its ``goodput`` (output tok/s there, with its batch-means CI) and its latencies;
+``concurrency_violated`` is the smallest level that broke the SLO (the answer lies in between).
+Every level tried, with what it broke, is in the result's details (the trial's evidence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import httpx
+
+from tuner import progress
+from tuner.probes._base import Probe, ServerHandle
+from tuner.probes.load import LoadProbe
+from tuner.records import ProbeResult
+from tuner.space.schema import LoadProbeSpec, SloProbeSpec, SloTargets
+
+__all__ = ["SloProbe", "search"]
+
+logger = logging.getLogger(__name__)
+
+AT_LEVEL = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
+UNBOUNDED = 1024  # where neither the KV pool nor the spec bounds the search
+
+
+class SloProbe(Probe):
+    """See the module docstring; ``load``: the workload and windows of each level."""
+
+    name = "slo"
+    spec: SloProbeSpec
+
+    def __init__(self, spec: SloProbeSpec, load: LoadProbeSpec | None = None) -> None:
+        super().__init__(spec)
+        self.load = LoadProbe(load or LoadProbeSpec())
+        self._known: dict[int, dict[str, Any]] = {}
+
+    @classmethod
+    def metric_names(cls, spec: SloProbeSpec) -> set[str]:
+        return {"concurrency", "concurrency_violated", "goodput", "goodput_ci", "levels", "bound", *AT_LEVEL}
+
+    def see(self, earlier: Sequence[ProbeResult]) -> None:
+        """Levels the load probe measured on this server (same workload): known, not run again."""
+        for result in earlier:
+            if result.probe == "load":
+                for level, summary in (result.details.get("levels") or {}).items():
+                    self._known[int(level)] = summary
+
+    def run(self, server: ServerHandle) -> ProbeResult:
+        return asyncio.run(self._run(server))
+
+    async def _run(self, server: ServerHandle) -> ProbeResult:
+        spec, targets = self.spec, self.spec.targets
+        if targets is None:
+            raise ValueError("probes.slo has no targets: the space was not loaded with its objective set")
+        bound, why = self._bound(server)
+        top = min(bound, UNBOUNDED)
+        limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
+        timeout = httpx.Timeout(self.load.spec.request_timeout, connect=10.0)
+        measured: dict[int, dict[str, Any]] = {}
+        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+            prompts = await self.load.prompts(client, server)
+
+            async def measure(level: int) -> dict[str, Any]:
+                progress.report(f"slo: {level} concurrent clients ({len(measured) + 1}/{spec.max_levels} levels)")
+                measured[level] = await self.load.level(client, server, prompts, level)
+                return measured[level]
+
+            outcome = await search(measure, targets, spec, top, dict(self._known), why)
+        return self._result(outcome, measured, bound, why)
+
+    def _bound(self, server: ServerHandle) -> tuple[int, str]:
+        """The most clients worth trying: what the KV pool holds at the workload's tokens per
+        request, and the spec's cap; the smaller wins."""
+        per_request = self.load.spec.prompt_tokens + self.load.spec.output_tokens
+        found = []
+        if server.capacity.kv_tokens:
+            found.append((max(1, server.capacity.kv_tokens // per_request), f"KV pool {server.capacity.kv_tokens:,} tokens"))
+        if self.spec.max_concurrency:
+            found.append((self.spec.max_concurrency, "probes.slo.max_concurrency"))
+        if not found:
+            return UNBOUNDED, "no KV pool reported and no max_concurrency"
+        return min(found)
+
+    def _result(self, outcome: Search, measured: dict[int, dict[str, Any]], bound: int, why: str) -> ProbeResult:
+        best = outcome.levels.get(outcome.held) if outcome.held else None
+        metrics: dict[str, float] = {
+            "concurrency": float(outcome.held),
+            "goodput": float(best["output_tok_s"]) if best else 0.0,
+            "levels": float(len(measured)),
+            "bound": float(bound),
+        }
+        if best is not None:
+            if best.get("output_tok_s_ci") is not None:
+                metrics["goodput_ci"] = float(best["output_tok_s_ci"])
+            metrics.update({m: float(best[m]) for m in AT_LEVEL if best.get(m) is not None})
+        if outcome.broke is not None:
+            metrics["concurrency_violated"] = float(outcome.broke)
+        levels = {
+            str(level): {
+                "held": not outcome.broken[level],
+                "broke": outcome.broken[level],
+                "measured_here": level in measured,
+                "output_tok_s": summary.get("output_tok_s"),
+                "output_tok_s_ci": summary.get("output_tok_s_ci"),
+                "window_s": summary.get("window_s"),
+                "requests": summary.get("requests"),
+                "first_error": summary.get("first_error"),
+                **{m: summary.get(m) for m in AT_LEVEL},
+            }
+            for level, summary in sorted(outcome.levels.items())
+        }
+        details = {"levels": levels, "stop_reason": outcome.stop_reason, "bound": bound, "bound_from": why}
+        logger.info("slo: %d clients hold the SLO (%s)", outcome.held, outcome.stop_reason)
+        return ProbeResult(self.name, metrics, details)
+
+
+class Search:
+    """What the search found: every level it knows (``levels``), what each broke, the largest
+    level that held (``held``, 0: none) and the smallest that broke (``broke``)."""
+
+    def __init__(self, targets: SloTargets, known: dict[int, dict[str, Any]]) -> None:
+        self.targets = targets
+        self.levels: dict[int, dict[str, Any]] = {}
+        self.broken: dict[int, list[str]] = {}
+        self.stop_reason = ""
+        for level, summary in known.items():
+            self.add(level, summary)
+
+    def add(self, level: int, summary: dict[str, Any]) -> None:
+        self.levels[level] = summary
+        self.broken[level] = self.targets.violated(summary)
+
+    @property
+    def held(self) -> int:
+        """The largest level that held, below every level that broke (a level that held above one
+        that broke is noise around the answer: the lower break wins)."""
+        ceiling = self.broke if self.broke is not None else float("inf")
+        return max((lv for lv, b in self.broken.items() if not b and lv < ceiling), default=0)
+
+    @property
+    def broke(self) -> int | None:
+        return min((lv for lv, b in self.broken.items() if b), default=None)
+
+
+async def search(
+    measure: Callable[[int], Awaitable[dict[str, Any]]],
+    targets: SloTargets,
+    spec: SloProbeSpec,
+    bound: int,
+    known: dict[int, dict[str, Any]],
+    bound_from: str = "",
+) -> Search:
+    """Bracket, then bisect (see the module docstring); ``measure(level)`` runs one level."""
+    found = Search(targets, {lv: s for lv, s in known.items() if lv <= bound})
+    runs = 0
+
+    async def run(level: int) -> None:
+        nonlocal runs
+        runs += 1
+        found.add(level, await measure(level))
+
+    def spent() -> bool:
+        return runs >= spec.max_levels
+
+    level = min(max(spec.start, found.held), bound)
+    while found.broke is None:  # bracket: double until a level breaks the SLO or the bound holds it
+        if level in found.levels:
+            if level >= bound:
+                found.stop_reason = f"the bound ({bound} clients, {bound_from}) holds the SLO"
+                return found
+            level = min(level * 2, bound)
+            continue
+        if spent():
+            break
+        await run(level)
+    while found.broke is not None:  # bisect between the largest level that holds and the smallest that breaks
+        low, high = found.held, found.broke
+        if high == 1:
+            found.stop_reason = "even 1 client breaks the SLO"
+            return found
+        if high - low <= max(1, int(spec.resolution * low)):
+            found.stop_reason = f"bracketed: {low} clients hold the SLO, {high} break it"
+            return found
+        if spent():
+            break
+        await run((low + high) // 2)
+    found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held} clients hold the SLO" + (
+        f", {found.broke} break it" if found.broke is not None else ""
+    )
+    return found
