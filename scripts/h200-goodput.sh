@@ -28,7 +28,7 @@ PY
 )" || true
 else
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
-    python3 benchmarks/goodput_crosscheck.py --study h200-vllm-goodput --out "$out/bench"
+    python3 benchmarks/goodput_crosscheck.py --study h200-vllm-goodput --out "$out/bench-${PROMPTS:-20}" --prompts-per-client "${PROMPTS:-20}"
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
 fi
 tar czf "$out/runs-h200-vllm-goodput.tgz" --exclude=servers -C runs h200-vllm-goodput

@@ -85,5 +85,5 @@ def test_no_baseline_no_statement() -> None:
 def test_a_gain_states_its_sign_and_noise() -> None:
     g = Gain("slo.goodput", 120.0, 3.0, 3, 100.0, 4.0, 4)
     assert g.relative == pytest.approx(0.2) and g.relative_hw == pytest.approx(0.05) and not g.tie
-    assert g.describe() == "slo.goodput: +20.0% +- 5.0%: the pick 120.0 +- 3.0 (3 runs) vs the baseline 100.0 +- 4.0 (4 runs)"
+    assert g.describe() == "slo.goodput: +20.0% +- 5.0%: pick 120.0 +- 3.0 (3 runs), baseline 100.0 +- 4.0 (4 runs)"
     assert Gain("m", 101.0, 3.0, 2, 100.0, 3.0, 2).tie

@@ -58,8 +58,8 @@ class Gain:
         change = f"{self.relative:+.1%} +- {self.relative_hw:.1%}" if self.baseline else "the baseline measured 0"
         verdict = f"a tie ({change})" if self.tie else change
         return (
-            f"{self.metric}: {verdict}: the pick {self.pick:,.1f} +- {self.pick_hw:,.1f} ({self.pick_runs} run"
-            f"{'s' if self.pick_runs != 1 else ''}) vs the baseline {self.baseline:,.1f} +- {self.baseline_hw:,.1f} "
+            f"{self.metric}: {verdict}: pick {self.pick:,.1f} +- {self.pick_hw:,.1f} ({self.pick_runs} run"
+            f"{'s' if self.pick_runs != 1 else ''}), baseline {self.baseline:,.1f} +- {self.baseline_hw:,.1f} "
             f"({self.baseline_runs} run{'s' if self.baseline_runs != 1 else ''})"
         )
 

@@ -221,7 +221,7 @@ def _gain_rows(study: optuna.Study) -> list[str]:
     if chosen is None:
         return ["no pick yet"]
     if not found:
-        return ["unknown: no baseline measured on fresh servers (the space enqueues none, or remeasure is off)"]
+        return ["unknown: no baseline run on fresh servers (enqueue one, keep remeasure on)"]
     return [f"trial {chosen.number} against the baseline (the reference config):", "", *(f"- {g.describe()}" for g in found)]
 
 

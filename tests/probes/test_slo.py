@@ -100,3 +100,30 @@ def test_the_answer_holds_the_slo_and_one_more_client_breaks_it_on_a_real_llama_
     at_n, above = (again.details["levels"][str(c)] for c in (n, n + 1))
     assert targets.violated(at_n) == [], at_n
     assert targets.violated(above), above
+
+
+def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path: Path) -> None:
+    """The committed H200 study (docs/goodput.md): the knee holds the SLO at 208 clients and breaks
+    it at 224, every level within the budget; `vllm bench serve` on a fresh server met the SLO at
+    208, missed it at 260, its throughput within 5 % of the tune's goodput."""
+    import json
+    import shutil
+
+    import optuna
+
+    from tests.conftest import ROOT
+    from tuner.pick import pick
+
+    data = ROOT / "docs" / "data" / "goodput"
+    shutil.copy(data / "h200-vllm-goodput.db", tmp_path / "s.db")
+    study = optuna.load_study(study_name="h200-vllm-goodput", storage=f"sqlite:///{tmp_path / 's.db'}")
+    chosen = pick(study, "knee")
+    m = chosen.trial.metrics
+    assert chosen.number == 5 and (m["slo.concurrency"], m["slo.concurrency_violated"]) == (208, 224)
+    levels = chosen.trial.slo["levels"]
+    assert [c for c, v in levels.items() if v["measured_here"]] == ["128", "192", "208", "224", "256"]
+    assert levels["224"]["broke"] == ["ttft_p99 1.19 > 1"] and m["slo.levels"] <= 6
+    check = json.loads((data / "bench-40" / "crosscheck.json").read_text())
+    at_n, above = check["bench"]
+    assert (at_n["concurrency"], above["concurrency"]) == (208, 260) and not at_n["broke"] and above["broke"]
+    assert abs(check["goodput_over_bench_at_n"] - 1) <= 0.05

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 import optuna
 import typer
@@ -63,9 +64,25 @@ def print_best(study: optuna.Study) -> None:
     echo(f"front (feasible, within-noise ties kept): trials {', '.join(str(c.number) for c in front)}")
     for c in front:
         echo(f"  {c.describe(names)}")
-    echo(f"pick (knee): {pick(study, 'knee').describe(names)}")
+    chosen = pick(study, "knee")
+    echo(f"pick (knee): {chosen.describe(names)}")
+    if (load := slo_load(chosen.trial.metrics)) is not None:
+        echo(f"  {load}")
     for line in gain_lines(study):
         echo(line)
+
+
+def slo_load(metrics: Mapping[str, float]) -> str | None:
+    """The largest load a trial held its SLO at, as its SLO probe measured it (None: not measured)."""
+    if "slo.concurrency" not in metrics:
+        return None
+    n = int(metrics["slo.concurrency"])
+    if not n:
+        return "within the SLO: no load (1 client breaks it)"
+    broke = f", {metrics['slo.concurrency_violated']:.0f} break it" if "slo.concurrency_violated" in metrics else ""
+    names = [name for name in ("ttft", "itl", "tpot") if f"slo.{name}_p99" in metrics]
+    p99 = "/".join(f"{metrics[f'slo.{name}_p99'] * 1000:,.0f}" for name in names)
+    return f"within the SLO: {n} concurrent clients{broke}; {'/'.join(n.upper() for n in names)} p99 {p99} ms"
 
 
 def gain_lines(study: optuna.Study) -> list[str]:
@@ -74,9 +91,7 @@ def gain_lines(study: optuna.Study) -> list[str]:
     if chosen is None:
         return []
     if not found:
-        return [
-            "what tuning bought: unknown (no baseline measured on fresh servers: the space enqueues none, or remeasure is off)"
-        ]
+        return ["what tuning bought: unknown (no baseline run on fresh servers: enqueue one, keep remeasure on)"]
     return [
         f"what tuning bought (trial {chosen.number} against the baseline, fresh servers):",
         *(f"  {g.describe()}" for g in found),
