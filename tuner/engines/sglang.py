@@ -1,4 +1,4 @@
-"""SGLang (``python -m sglang.launch_server``). Strings from SGLang 0.5.x (shared/engines.md):
+"""SGLang (``python -m sglang.launch_server``). Strings from SGLang 0.5.x's own source:
 managers/scheduler.py, mem_cache/memory_pool.py, model_executor/pool_configurator.py."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     signatures = SIGNATURES
     memory = MEMORY
-    typical_start_s = 100.0  # H200, dummy 8B: 103 s (shared/gpu/README.md)
+    typical_start_s = 100.0  # H200, dummy 8B: 103 s (measured when the GPU bundle was built)
     listen_flags = ("--host", "--port", "--nccl-port")  # the NCCL port follows the partition's block
     graphs_off_flags = ("disable-cuda-graph",)
     context_slack = 1

@@ -1,4 +1,4 @@
-"""vLLM (OpenAI-compatible API server). Strings from vLLM 0.26 (shared/engines.md):
+"""vLLM (OpenAI-compatible API server). Strings from vLLM 0.26's own source:
 gpu_worker.py, kv_cache_utils.py, core.py; failures end with "Engine core initialization failed",
 whose root cause is logged above it, so that signature has the lowest priority."""
 

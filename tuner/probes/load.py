@@ -251,7 +251,7 @@ async def stop_clients(tasks: list[asyncio.Task[Any]], *, grace: float, every: f
 
     One ``Task.cancel()`` is not enough: on the H200 two of a level's 128 clients outlived it and
     went on sending requests for minutes, 2 in flight, while the level waited for them (trial 5 of
-    docs/data/context/h200-sglang-smollm2: a cancel that arrives while httpcore closes a response
+    docs/data/context/h200-sglang-smollm2-trials.csv: a cancel that arrives while httpcore closes a response
     inside its cancellation shield can be absorbed). The clients also stop at their next request
     (the caller's stop flag); one still running after ``grace`` is logged and left to the client's
     close, which ends its connection."""
