@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import handle, llama_server_process
 from tuner.probes import LoadProbe, SloProbe
-from tuner.probes.slo import search
+from tuner.probes.slo import search, search_rate
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.2)
@@ -68,6 +68,21 @@ def test_one_client_breaking_the_slo_is_the_answer_zero() -> None:
 def test_the_level_budget_is_kept() -> None:
     found, calls = _search(knee=37, max_levels=4)
     assert len(calls) == 4 and found.stop_reason.startswith("level budget spent (4 levels)")
+
+
+def test_the_open_loop_answer_doubles_the_rate_then_bisects_to_ten_percent() -> None:
+    calls: list[float] = []
+
+    async def measure(rate: float) -> dict[str, Any]:  # a server whose TTFT p99 passes 1 s above 3.3 requests/s
+        calls.append(rate)
+        return {"ttft_p99": 0.2 if rate <= 3.3 else 1.5, "itl_p99": 0.05, "error_rate": 0.0, "output_tok_s": 40.0 * rate}
+
+    spec = SloProbeSpec(mode="rate", start_rate=0.5, max_levels=8)
+    found = asyncio.run(search_rate(measure, TARGETS, spec))
+    assert calls == [0.5, 1.0, 2.0, 4.0, 3.0, 3.5, 3.25]
+    assert (found.held, found.broke) == (3.25, 3.5) and found.stop_reason.startswith("bracketed: 3.25 requests/s hold")
+    capped = asyncio.run(search_rate(measure, TARGETS, SloProbeSpec(mode="rate", start_rate=1.0, max_rate=3.0)))
+    assert capped.held == 3.0 and capped.stop_reason == "max_rate (3 requests/s) holds the SLO"
 
 
 def test_errors_and_unmeasured_latencies_break_the_slo() -> None:
@@ -127,3 +142,33 @@ def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path
     at_n, above = check["bench"]
     assert (at_n["concurrency"], above["concurrency"]) == (208, 260) and not at_n["broke"] and above["broke"]
     assert abs(check["goodput_over_bench_at_n"] - 1) <= 0.05
+
+
+@pytest.mark.integration
+def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    """Poisson arrivals: the probe brackets a request rate that holds the SLO; measured again, half
+    of it holds and twice the rate that broke it breaks it (2 slots, one core)."""
+    load = LoadProbeSpec(concurrency=[1], prompt_tokens=48, output_tokens=24, duration=3, max_duration=4, warmup=2)
+    targets = SloTargets(ttft_p99=TTFT_SLO, error_rate=0.0)
+    spec = SloProbeSpec(mode="rate", start_rate=1.0, max_levels=4, resolution=0.25, targets=targets)
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
+        server.wait_ready()
+        result = SloProbe(spec, load=load).run(handle(server))
+        held, broke = result.metrics["rate"], result.metrics["rate_violated"]
+        again = LoadProbe(load)
+
+        async def twice() -> tuple[dict[str, Any], dict[str, Any]]:
+            import httpx
+
+            async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
+                prompts = await again.prompts(client, handle(server))
+                return (
+                    await again.rate_level(client, handle(server), prompts, held / 2, seed=7),
+                    await again.rate_level(client, handle(server), prompts, broke * 2, seed=8),
+                )
+
+        low, high = asyncio.run(twice())
+    assert 0 < held < broke and result.details["mode"] == "rate", result.details
+    assert result.metrics["goodput"] > 0 and result.metrics["levels"] <= 4
+    assert targets.violated(low) == [], low
+    assert targets.violated(high), high

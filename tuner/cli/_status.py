@@ -74,6 +74,10 @@ def print_best(study: optuna.Study) -> None:
 
 def slo_load(metrics: Mapping[str, float]) -> str | None:
     """The largest load a trial held its SLO at, as its SLO probe measured it (None: not measured)."""
+    if "slo.rate" in metrics:  # open loop
+        rate = metrics["slo.rate"]
+        broke = f", {metrics['slo.rate_violated']:.3g} break it" if "slo.rate_violated" in metrics else ""
+        return f"within the SLO: {rate:.3g} requests/s (Poisson arrivals){broke}" if rate else "within the SLO: no request rate"
     if "slo.concurrency" not in metrics:
         return None
     n = int(metrics["slo.concurrency"])

@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import json
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -184,6 +185,54 @@ class LoadProbe(Probe):
         if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
             summary["cache_hit_rate"] = (after[1] - counters[1]) / (after[0] - counters[0])  # the level, warmup included
             summary["cache_hit_rate_source"] = "/metrics"
+        return summary
+
+    async def rate_level(
+        self, client: httpx.AsyncClient, server: ServerHandle, prompt: Callable[[int], str], rate: float, seed: int = 0
+    ) -> dict[str, Any]:
+        """Open loop: requests arrive as a Poisson process of ``rate`` per second, each on its own
+        (no client waits for another, so a server that falls behind queues them), as production
+        traffic and ``vllm bench serve --request-rate`` do. The window opens once ``warmup``
+        requests have ended (the first ones are behind), and is measured as a closed-loop level's."""
+        spec = self.spec
+        records: list[RequestRecord] = []
+        tasks: list[asyncio.Task[Any]] = []
+        ended = [0]
+        warmed = asyncio.Event()
+        stopping = asyncio.Event()
+        rng = random.Random(seed)
+
+        async def one(rec: RequestRecord) -> None:
+            url, body, headers = self._request(server, prompt(next(self._requests)))
+            try:
+                await stream_request(client, url, body, headers, rec=rec, cached_field=server.cached_tokens_field)
+            except asyncio.CancelledError:
+                rec.cancelled = True
+                raise
+            ended[0] += 1
+            if ended[0] >= max(1, spec.warmup):
+                warmed.set()
+
+        async def arrivals() -> None:
+            while not stopping.is_set():
+                await asyncio.sleep(rng.expovariate(rate))
+                rec = RequestRecord(ok=False, started=time.perf_counter())
+                records.append(rec)
+                tasks.append(asyncio.create_task(one(rec)))
+
+        source = asyncio.create_task(arrivals())
+        try:
+            try:
+                await asyncio.wait_for(warmed.wait(), timeout=spec.request_timeout * max(1, spec.warmup))
+            except TimeoutError:
+                logger.warning("rate %.3g/s: no request ended in time; measuring anyway", rate)
+            start = time.perf_counter()
+            end, ci = await self._measure(records, start)
+        finally:
+            stopping.set()
+            await stop_clients([source, *tasks], grace=spec.request_timeout)
+        summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
+        summary.update(warmup_s=0.0, ci_target_met=ci, window_at=[start, end], offered_rate=rate)
         return summary
 
     async def _measure(self, records: list[RequestRecord], start: float) -> tuple[float, bool]:

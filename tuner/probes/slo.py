@@ -33,7 +33,7 @@ from tuner.probes.load import LoadProbe
 from tuner.records import ProbeResult
 from tuner.space.schema import LoadProbeSpec, SloProbeSpec, SloTargets
 
-__all__ = ["SloProbe", "search"]
+__all__ = ["SloProbe", "search", "search_rate"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +54,14 @@ class SloProbe(Probe):
 
     @classmethod
     def metric_names(cls, spec: SloProbeSpec) -> set[str]:
-        return {"concurrency", "concurrency_violated", "goodput", "goodput_ci", "levels", "bound", *AT_LEVEL}
+        answer = ("rate", "rate_violated") if spec.mode == "rate" else ("concurrency", "concurrency_violated")
+        return {*answer, "goodput", "goodput_ci", "levels", "bound", *AT_LEVEL}
 
     def see(self, earlier: Sequence[ProbeResult]) -> None:
-        """Levels the load probe measured on this server (same workload): known, not run again."""
+        """Levels the load probe measured on this server (same workload): known, not run again
+        (closed loop only: a rate is not a concurrency)."""
+        if self.spec.mode == "rate":
+            return
         for result in earlier:
             if result.probe == "load":
                 for level, summary in (result.details.get("levels") or {}).items():
@@ -70,6 +74,8 @@ class SloProbe(Probe):
         spec, targets = self.spec, self.spec.targets
         if targets is None:
             raise ValueError("probes.slo has no targets: the space was not loaded with its objective set")
+        if spec.mode == "rate":
+            return await self._run_rate(server, targets)
         bound, why = self._bound(server)
         top = min(bound, UNBOUNDED)
         limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
@@ -85,6 +91,40 @@ class SloProbe(Probe):
 
             outcome = await search(measure, targets, spec, top, dict(self._known), why)
         return self._result(outcome, measured, bound, why)
+
+    async def _run_rate(self, server: ServerHandle, targets: SloTargets) -> ProbeResult:
+        spec = self.spec
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)  # open loop: no client cap
+        timeout = httpx.Timeout(self.load.spec.request_timeout, connect=10.0)
+        measured: dict[float, dict[str, Any]] = {}
+        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+            prompts = await self.load.prompts(client, server)
+
+            async def measure(rate: float) -> dict[str, Any]:
+                progress.report(f"slo: {rate:.3g} requests/s ({len(measured) + 1}/{spec.max_levels} levels)")
+                measured[rate] = await self.load.rate_level(client, server, prompts, rate, seed=len(measured))
+                return measured[rate]
+
+            outcome = await search_rate(measure, targets, spec)
+        best = outcome.levels.get(outcome.held) if outcome.held else None
+        metrics: dict[str, float] = {
+            "rate": float(outcome.held),
+            "goodput": float(best["output_tok_s"]) if best else 0.0,
+            "levels": float(len(measured)),
+            "bound": float(spec.max_rate or 0.0),
+        }
+        if best is not None:
+            if best.get("output_tok_s_ci") is not None:
+                metrics["goodput_ci"] = float(best["output_tok_s_ci"])
+            metrics.update({m: float(best[m]) for m in AT_LEVEL if best.get(m) is not None})
+        if outcome.broke is not None:
+            metrics["rate_violated"] = float(outcome.broke)
+        levels = {
+            f"{rate:g}": _level_details(summary, outcome.broken[rate], True) for rate, summary in sorted(outcome.levels.items())
+        }
+        details = {"levels": levels, "stop_reason": outcome.stop_reason, "mode": "rate"}
+        logger.info("slo: %.3g requests/s hold the SLO (%s)", outcome.held, outcome.stop_reason)
+        return ProbeResult(self.name, metrics, details)
 
     def _bound(self, server: ServerHandle) -> tuple[int, str]:
         """The most clients worth trying: what the KV pool holds at the workload's tokens per
@@ -114,22 +154,27 @@ class SloProbe(Probe):
         if outcome.broke is not None:
             metrics["concurrency_violated"] = float(outcome.broke)
         levels = {
-            str(level): {
-                "held": not outcome.broken[level],
-                "broke": outcome.broken[level],
-                "measured_here": level in measured,
-                "output_tok_s": summary.get("output_tok_s"),
-                "output_tok_s_ci": summary.get("output_tok_s_ci"),
-                "window_s": summary.get("window_s"),
-                "requests": summary.get("requests"),
-                "first_error": summary.get("first_error"),
-                **{m: summary.get(m) for m in AT_LEVEL},
-            }
+            str(int(level)): _level_details(summary, outcome.broken[level], level in measured)
             for level, summary in sorted(outcome.levels.items())
         }
         details = {"levels": levels, "stop_reason": outcome.stop_reason, "bound": bound, "bound_from": why}
-        logger.info("slo: %d clients hold the SLO (%s)", outcome.held, outcome.stop_reason)
+        logger.info("slo: %.0f clients hold the SLO (%s)", outcome.held, outcome.stop_reason)
         return ProbeResult(self.name, metrics, details)
+
+
+def _level_details(summary: dict[str, Any], broke: list[str], here: bool) -> dict[str, Any]:
+    """What a level measured and what it broke, as the trial keeps it."""
+    return {
+        "held": not broke,
+        "broke": broke,
+        "measured_here": here,
+        "output_tok_s": summary.get("output_tok_s"),
+        "output_tok_s_ci": summary.get("output_tok_s_ci"),
+        "window_s": summary.get("window_s"),
+        "requests": summary.get("requests"),
+        "first_error": summary.get("first_error"),
+        **{m: summary.get(m) for m in AT_LEVEL},
+    }
 
 
 class Search:
@@ -138,25 +183,25 @@ class Search:
 
     def __init__(self, targets: SloTargets, known: dict[int, dict[str, Any]]) -> None:
         self.targets = targets
-        self.levels: dict[int, dict[str, Any]] = {}
-        self.broken: dict[int, list[str]] = {}
+        self.levels: dict[float, dict[str, Any]] = {}  # clients (closed loop) or requests/s (open loop)
+        self.broken: dict[float, list[str]] = {}
         self.stop_reason = ""
         for level, summary in known.items():
             self.add(level, summary)
 
-    def add(self, level: int, summary: dict[str, Any]) -> None:
+    def add(self, level: float, summary: dict[str, Any]) -> None:
         self.levels[level] = summary
         self.broken[level] = self.targets.violated(summary)
 
     @property
-    def held(self) -> int:
+    def held(self) -> float:
         """The largest level that held, below every level that broke (a level that held above one
         that broke is noise around the answer: the lower break wins)."""
         ceiling = self.broke if self.broke is not None else float("inf")
         return max((lv for lv, b in self.broken.items() if not b and lv < ceiling), default=0)
 
     @property
-    def broke(self) -> int | None:
+    def broke(self) -> float | None:
         return min((lv for lv, b in self.broken.items() if b), default=None)
 
 
@@ -180,7 +225,7 @@ async def search(
     def spent() -> bool:
         return runs >= spec.max_levels
 
-    level = min(max(spec.start, found.held), bound)
+    level = int(min(max(spec.start, found.held), bound))
     while found.broke is None:  # bracket: double until a level breaks the SLO or the bound holds it
         if level in found.levels:
             if level >= bound:
@@ -197,12 +242,52 @@ async def search(
             found.stop_reason = "even 1 client breaks the SLO"
             return found
         if high - low <= max(1, int(spec.resolution * low)):
-            found.stop_reason = f"bracketed: {low} clients hold the SLO, {high} break it"
+            found.stop_reason = f"bracketed: {low:.0f} clients hold the SLO, {high:.0f} break it"
             return found
         if spent():
             break
-        await run((low + high) // 2)
-    found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held} clients hold the SLO" + (
-        f", {found.broke} break it" if found.broke is not None else ""
+        await run(int((low + high) // 2))
+    found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.0f} clients hold the SLO" + (
+        f", {found.broke:.0f} break it" if found.broke is not None else ""
+    )
+    return found
+
+
+async def search_rate(measure: Callable[[float], Awaitable[dict[str, Any]]], targets: SloTargets, spec: SloProbeSpec) -> Search:
+    """The open-loop answer: double the request rate from ``start_rate`` until a rate breaks the
+    SLO (or ``max_rate`` holds it), then bisect until the bracket is within ``resolution``
+    (default 10 %) of the rate that holds."""
+    found = Search(targets, {})
+    resolution = spec.resolution or 0.1
+    runs = 0
+
+    async def run(rate: float) -> None:
+        nonlocal runs
+        runs += 1
+        found.add(rate, await measure(rate))
+
+    rate = spec.start_rate
+    while found.broke is None:
+        if runs >= spec.max_levels:
+            break
+        await run(rate)
+        if found.broke is None:
+            if spec.max_rate is not None and rate >= spec.max_rate:
+                found.stop_reason = f"max_rate ({spec.max_rate:g} requests/s) holds the SLO"
+                return found
+            rate = min(rate * 2, spec.max_rate) if spec.max_rate is not None else rate * 2
+    while found.broke is not None:
+        low, high = found.held, found.broke
+        if not low and high <= spec.start_rate / 8:
+            found.stop_reason = f"even {high:.3g} requests/s break the SLO"
+            return found
+        if low and high - low <= resolution * low:
+            found.stop_reason = f"bracketed: {low:.3g} requests/s hold the SLO, {high:.3g} break it"
+            return found
+        if runs >= spec.max_levels:
+            break
+        await run((low + high) / 2)
+    found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.3g} requests/s hold the SLO" + (
+        f", {found.broke:.3g} break it" if found.broke is not None else ""
     )
     return found

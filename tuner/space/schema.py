@@ -297,10 +297,17 @@ class SloProbeSpec(_ProbeSpec):
     ``max_concurrency`` or the first level that breaks the SLO, then bisecting until the bracket
     is within ``resolution`` (relative; 0: to one client). At most ``max_levels`` levels per trial
     (levels the load probe measured already are reused, not run again). ``targets`` come from the
-    objective set when the space is loaded: they are written once, there."""
+    objective set when the space is loaded: they are written once, there.
 
+    ``mode: rate`` searches the open-loop answer instead: Poisson arrivals at a request rate (as
+    ``vllm bench serve --request-rate``), from ``start_rate`` per second doubling up to
+    ``max_rate`` or the first break, then bisecting to ``resolution`` (default 10 %)."""
+
+    mode: Literal["concurrency", "rate"] = "concurrency"
     start: int = Field(1, ge=1)
     max_concurrency: int | None = Field(None, ge=1)
+    start_rate: float = Field(1.0, gt=0)  # requests per second (mode: rate)
+    max_rate: float | None = Field(None, gt=0)
     max_levels: int = Field(6, ge=2, le=40)
     resolution: float = Field(0.0, ge=0, lt=1)
     targets: SloTargets | None = None
