@@ -87,3 +87,22 @@ def test_a_gain_states_its_sign_and_noise() -> None:
     assert g.relative == pytest.approx(0.2) and g.relative_hw == pytest.approx(0.05) and not g.tie
     assert g.describe() == "slo.goodput: +20.0% +- 5.0%: pick 120.0 +- 3.0 (3 runs), baseline 100.0 +- 4.0 (4 runs)"
     assert Gain("m", 101.0, 3.0, 2, 100.0, 3.0, 2).tie
+
+
+def test_one_run_each_and_no_noise_floor_states_no_gain(tmp_path: Path) -> None:
+    """Without a second run of anything, a half-width would be made up: no statement."""
+    from tuner.validate import _Item, store_reference
+
+    raw = tiny_space()
+    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [2048, 4096]}}
+    raw["probes"]["slo"] = {"max_levels": 3}
+    raw["probes"]["recall"] = {"lengths": [1024]}
+    raw["objectives"] = "goodput-vs-context-cpu"
+    raw["enqueue"] = [BASELINE]
+    space = validate(raw, "t.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="one", storage=f"sqlite:///{tmp_path / 'one.db'}", source="t.yaml")
+    Driver(space, study, objective, RunDir(tmp_path / "one"), Figures({2048: (50.0, 80.0), 4096: (75.0, 82.0)}), trials=2).run()
+    store_reference(study, BASELINE, _Item("reference", BASELINE), "end")  # the baseline's own trial: one run
+    chosen, found = gains(study)
+    assert chosen is not None and found == []

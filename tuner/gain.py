@@ -81,6 +81,8 @@ def gains(study: optuna.Study, how: str = "knee") -> tuple[Candidate | None, lis
         theirs = [m[metric] for m in baseline if metric in m]
         if not ours or not theirs or len(theirs) < len(baseline):
             continue
+        if not floor.known and min(len(ours), len(theirs)) < 2:
+            continue  # one run and no noise floor: no honest half-width to state
         found.append(
             Gain(
                 metric,
