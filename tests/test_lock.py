@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from tuner.lock import StudyLock, StudyLocked
-from tuner.trials import read_lease, write_lease
+from tuner.trials import connect, read_lease, write_lease
 
 HOLD = textwrap.dedent(
     """
@@ -252,7 +252,7 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                running = optuna.load_study(study_name=study_name, storage=storage).get_trials(
+                running = optuna.load_study(study_name=study_name, storage=connect(storage)).get_trials(
                     states=(optuna.trial.TrialState.RUNNING,)
                 )
             except KeyError:  # not created yet

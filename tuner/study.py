@@ -12,7 +12,7 @@ import optuna
 from tuner.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
-from tuner.trials import enqueue, read_study, store_setup
+from tuner.trials import connect, enqueue, read_study, store_setup
 
 __all__ = ["make_sampler", "open_study", "resume_seed", "space_fingerprint"]
 
@@ -61,7 +61,7 @@ def open_study(
     goes on (earlier trials keep their own params)."""
     study = optuna.create_study(
         study_name=name,
-        storage=storage,
+        storage=connect(storage),
         directions=objective.directions,
         sampler=make_sampler(space, name=sampler),
         load_if_exists=True,

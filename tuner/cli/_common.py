@@ -17,7 +17,7 @@ from tuner.credentials import mask
 from tuner.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
-from tuner.trials import read_study
+from tuner.trials import connect, read_study
 
 __all__ = ["echo", "open_existing", "progress_bar", "set_verbosity", "stored_space"]
 
@@ -141,14 +141,15 @@ def open_existing(study: str, storage: str | None) -> optuna.Study:
     if storage is None and not (run_dir.root / "study.db").is_file():
         raise ConfigError(f"no study {study!r} in {run_dir.root}/ (use --storage for another place)")
     try:
-        names = optuna.get_all_study_names(storage=url)
+        opened = connect(url)
+        names = optuna.get_all_study_names(storage=opened)
     except Exception as exc:  # noqa: BLE001 - any storage error is the user's URL
         raise ConfigError(mask(f"cannot open storage {url}: {storage_error_text(exc)}")) from None
     if labelled and study not in names and len(names) == 1:
         study = names[0]  # LABEL=URL of a storage holding one study under another name (never a typo's stand-in)
     if study not in names:
         raise ConfigError(f"study {study!r} not found in {mask(url)} (it holds: {', '.join(names) or 'nothing'})")
-    return optuna.load_study(study_name=study, storage=url)
+    return optuna.load_study(study_name=study, storage=opened)
 
 
 def run_dir_of(study: str, storage: str | None) -> Path | None:

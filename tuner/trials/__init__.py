@@ -9,6 +9,7 @@
 """
 
 from tuner.trials._record import Kind, StudyRecord, TrialRecord, read_lease, read_study, read_trials
+from tuner.trials._storage import connect
 from tuner.trials._write import (
     HEADLINES,
     STARTS,
@@ -37,6 +38,7 @@ __all__ = [
     "StudyRecord",
     "TrialRecord",
     "Verdict",
+    "connect",
     "enqueue",
     "grade",
     "headline_metrics",
