@@ -17,9 +17,12 @@ pytestmark = pytest.mark.integration
 OPEN = "import sys; from tuner.trials import connect; connect(sys.argv[1]); print('ok')"
 
 
-def test_sqlite_urls_pass_through(tmp_path: Path) -> None:
+def test_sqlite_urls_and_storage_objects_pass_through(tmp_path: Path) -> None:
+    import optuna
+
     url = f"sqlite:///{tmp_path}/s.db"
-    assert connect(url) == url
+    memory = optuna.storages.InMemoryStorage()
+    assert connect(url) == url and connect(memory) is memory
 
 
 def test_eight_processes_creating_the_tables_at_once_all_succeed(postgres: str) -> None:

@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 ATTEMPTS = 5
 
 
-def connect(url: str) -> str | optuna.storages.BaseStorage:
+def connect(url: str | optuna.storages.BaseStorage) -> str | optuna.storages.BaseStorage:
     """The storage behind ``url`` for ``optuna.create_study`` / ``load_study``.
 
     On a server database (PostgreSQL, MySQL) Optuna's RDBStorage creates its tables on first use.
@@ -23,8 +23,9 @@ def connect(url: str) -> str | optuna.storages.BaseStorage:
     a driver and a `tune status`) collide in the database's catalog: PostgreSQL answers the loser
     with a unique violation on ``pg_type`` (or "relation already exists"), which used to end that
     driver with a storage error. The loser tries again; by then the tables exist. SQLite and
-    other URLs are returned as they are (SQLite's file lock serializes the creation)."""
-    if url.startswith("sqlite") or "://" not in url:
+    other URLs, and storage objects, are returned as they are (SQLite's file lock serializes the
+    creation)."""
+    if not isinstance(url, str) or url.startswith("sqlite") or "://" not in url:
         return url
     for attempt in range(1, ATTEMPTS + 1):
         try:
