@@ -48,7 +48,8 @@ class Figures:
         pass
 
 
-def _tune(tmp_path: Path, truth: dict[int, tuple[float, float]]) -> optuna.Study:
+def _study(tmp_path: Path, truth: dict[int, tuple[float, float]], name: str) -> tuple[Any, Any, optuna.Study]:
+    """The goodput objective set on a one-parameter space whose first enqueued config is the baseline."""
     raw = tiny_space()
     raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": sorted(truth)}}
     raw["probes"]["slo"] = {"max_levels": 3}
@@ -57,7 +58,15 @@ def _tune(tmp_path: Path, truth: dict[int, tuple[float, float]]) -> optuna.Study
     raw["enqueue"] = [BASELINE]
     space = validate(raw, "t.yaml")
     objective = objectives.load(space.objectives)
-    study = open_study(space, objective, name="g", storage=f"sqlite:///{tmp_path / 'g.db'}", source="t.yaml")
+    return (
+        space,
+        objective,
+        open_study(space, objective, name=name, storage=f"sqlite:///{tmp_path / f'{name}.db'}", source="t.yaml"),
+    )
+
+
+def _tune(tmp_path: Path, truth: dict[int, tuple[float, float]]) -> optuna.Study:
+    space, objective, study = _study(tmp_path, truth, "g")
     executor, run_dir = Figures(truth), RunDir(tmp_path / "g")
     measure_reference(study, space, objective, run_dir, executor, runs=2)
     Driver(space, study, objective, run_dir, executor, trials=len(truth), write_csv=False).run()
@@ -93,16 +102,9 @@ def test_one_run_each_and_no_noise_floor_states_no_gain(tmp_path: Path) -> None:
     """Without a second run of anything, a half-width would be made up: no statement."""
     from tuner.validate import _Item, store_reference
 
-    raw = tiny_space()
-    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [2048, 4096]}}
-    raw["probes"]["slo"] = {"max_levels": 3}
-    raw["probes"]["recall"] = {"lengths": [1024]}
-    raw["objectives"] = "goodput-vs-context-cpu"
-    raw["enqueue"] = [BASELINE]
-    space = validate(raw, "t.yaml")
-    objective = objectives.load(space.objectives)
-    study = open_study(space, objective, name="one", storage=f"sqlite:///{tmp_path / 'one.db'}", source="t.yaml")
-    Driver(space, study, objective, RunDir(tmp_path / "one"), Figures({2048: (50.0, 80.0), 4096: (75.0, 82.0)}), trials=2).run()
+    truth = {2048: (50.0, 80.0), 4096: (75.0, 82.0)}
+    space, objective, study = _study(tmp_path, truth, "one")
+    Driver(space, study, objective, RunDir(tmp_path / "one"), Figures(truth), trials=2).run()
     store_reference(study, BASELINE, _Item("reference", BASELINE), "end")  # the baseline's own trial: one run
     chosen, found = gains(study)
     assert chosen is not None and found == []

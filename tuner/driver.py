@@ -196,8 +196,9 @@ class Driver:
 
     def finished(self) -> int:
         """Trials that count toward the budget: launched and finished (not invalid combinations,
-        not configs the pre-screen skipped)."""
-        return sum(t.finished for t in read_trials(self.study))
+        not configs the pre-screen skipped). Asked several times per loop turn: the trials only,
+        not the study's attrs (:func:`~tuner.trials.read_trials` reads those too)."""
+        return sum(TrialRecord.of(t).finished for t in self.study.get_trials(deepcopy=False))
 
     @property
     def refusals(self) -> list[str]:

@@ -106,25 +106,10 @@ class SloProbe(Probe):
                 return measured[rate]
 
             outcome = await search_rate(measure, targets, spec)
-        best = outcome.levels.get(outcome.held) if outcome.held else None
-        metrics: dict[str, float] = {
-            "rate": float(outcome.held),
-            "goodput": float(best["output_tok_s"]) if best else 0.0,
-            "levels": float(len(measured)),
-            "bound": float(spec.max_rate or 0.0),
-        }
-        if best is not None:
-            if best.get("output_tok_s_ci") is not None:
-                metrics["goodput_ci"] = float(best["output_tok_s_ci"])
-            metrics.update({m: float(best[m]) for m in AT_LEVEL if best.get(m) is not None})
-        if outcome.broke is not None:
-            metrics["rate_violated"] = float(outcome.broke)
-        levels = {
-            f"{rate:g}": _level_details(summary, outcome.broken[rate], True) for rate, summary in sorted(outcome.levels.items())
-        }
+        levels = {f"{r:g}": _level_details(summary, outcome.broken[r], True) for r, summary in sorted(outcome.levels.items())}
         details = {"levels": levels, "stop_reason": outcome.stop_reason, "mode": "rate"}
         logger.info("slo: %.3g requests/s hold the SLO (%s)", outcome.held, outcome.stop_reason)
-        return ProbeResult(self.name, metrics, details)
+        return ProbeResult(self.name, _metrics(outcome, "rate", len(measured), spec.max_rate or 0.0), details)
 
     def _bound(self, server: ServerHandle) -> tuple[int, str]:
         """The most clients worth trying: what the KV pool holds at the workload's tokens per
@@ -140,19 +125,7 @@ class SloProbe(Probe):
         return min(found)
 
     def _result(self, outcome: Search, measured: dict[int, dict[str, Any]], bound: int, why: str) -> ProbeResult:
-        best = outcome.levels.get(outcome.held) if outcome.held else None
-        metrics: dict[str, float] = {
-            "concurrency": float(outcome.held),
-            "goodput": float(best["output_tok_s"]) if best else 0.0,
-            "levels": float(len(measured)),
-            "bound": float(bound),
-        }
-        if best is not None:
-            if best.get("output_tok_s_ci") is not None:
-                metrics["goodput_ci"] = float(best["output_tok_s_ci"])
-            metrics.update({m: float(best[m]) for m in AT_LEVEL if best.get(m) is not None})
-        if outcome.broke is not None:
-            metrics["concurrency_violated"] = float(outcome.broke)
+        metrics = _metrics(outcome, "concurrency", len(measured), bound)
         levels = {
             str(int(level)): _level_details(summary, outcome.broken[level], level in measured)
             for level, summary in sorted(outcome.levels.items())
@@ -160,6 +133,25 @@ class SloProbe(Probe):
         details = {"levels": levels, "stop_reason": outcome.stop_reason, "bound": bound, "bound_from": why}
         logger.info("slo: %.0f clients hold the SLO (%s)", outcome.held, outcome.stop_reason)
         return ProbeResult(self.name, metrics, details)
+
+
+def _metrics(outcome: Search, answer: str, levels_run: int, bound: float) -> dict[str, float]:
+    """The answer (``concurrency`` or ``rate``, and the smallest level that broke the SLO), the
+    goodput and latencies at the answer, the levels this probe ran and the bound it searched to."""
+    best = outcome.levels.get(outcome.held) if outcome.held else None
+    metrics: dict[str, float] = {
+        answer: float(outcome.held),
+        "goodput": float(best["output_tok_s"]) if best else 0.0,
+        "levels": float(levels_run),
+        "bound": float(bound),
+    }
+    if best is not None:
+        if best.get("output_tok_s_ci") is not None:
+            metrics["goodput_ci"] = float(best["output_tok_s_ci"])
+        metrics.update({m: float(best[m]) for m in AT_LEVEL if best.get(m) is not None})
+    if outcome.broke is not None:
+        metrics[f"{answer}_violated"] = float(outcome.broke)
+    return metrics
 
 
 def _level_details(summary: dict[str, Any], broke: list[str], here: bool) -> dict[str, Any]:
