@@ -74,6 +74,38 @@ def test_failed_requests_are_errors_not_latencies_and_cancelled_ones_neither() -
     assert s["output_tok_s"] == pytest.approx((10 + 10 + 2) / 2)  # the cancelled one's tokens were streamed
 
 
+def test_requests_still_waiting_for_a_first_token_bound_the_ttft_p99_from_below() -> None:
+    """Past saturation the requests that end are the early ones: 2 ended with TTFT 0.2 s, 8 still
+    queued at the window's end (4 s). The ended ones alone say p99 0.2 s; with the waits so far
+    (1..8 s, lower bounds of their TTFTs) the p99 is at least 7.91 s, and an SLO check sees it."""
+    ended = [_rec(7.0, [7.2 + 0.05 * i for i in range(4)]) for _ in range(2)]
+    queued = []
+    for wait in range(1, 9):
+        rec = _rec(10.0 - wait, [], ok=False, cancelled=True)
+        rec.e2e = None
+        queued.append(rec)
+    failed_early = RequestRecord(ok=False, started=1.0, e2e=0.5, error="HTTP 503")  # ended before the close
+    streaming = _rec(9.0, [9.1, 9.5], ok=False, cancelled=True)  # had its first token: not waiting
+    streaming.e2e = None
+    s = summarize([*ended, *queued, failed_early, streaming], 6.0, 10.0, batches=2, expected_output=4)
+    assert s["ttft_p99"] == pytest.approx(0.2) and s["waiting"] == 8
+    assert s["ttft_p99_censored"] == pytest.approx(percentiles([0.2, 0.2, *range(1, 9)], [99])[99])
+    from tuner.space import SloTargets
+
+    assert SloTargets(ttft_p99=1.0).violated(s) == ["ttft_p99 >= 7.91 > 1 (8 still waiting)"]
+    calm = summarize(ended, 6.0, 10.0, batches=2, expected_output=4)
+    assert calm["waiting"] == 0 and calm["ttft_p99_censored"] == calm["ttft_p99"]
+
+
+def test_the_open_loop_sends_at_most_twice_what_the_engine_runs_at_once() -> None:
+    from tuner.probes.load import in_flight_cap
+    from tuner.records import Capacity
+
+    assert in_flight_cap(Capacity(kv_tokens=2048, max_running_requests=2), 72) == 2 * 2 + 8  # 2 llama.cpp slots
+    assert in_flight_cap(Capacity(kv_tokens=167_136), 640) == 2 * 261 + 8  # vLLM: what the KV pool holds
+    assert in_flight_cap(Capacity(), 640) == 1024
+
+
 def test_client_and_server_token_counts_disagreeing_is_flagged() -> None:
     rec = _rec(0.0, [0.1 * i + 0.1 for i in range(8)], completion=10)
     assert summarize([rec], 0.0, 1.0, 2, expected_output=10)["token_mismatch"] is True

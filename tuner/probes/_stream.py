@@ -56,14 +56,16 @@ async def stream_request(
     headers: dict[str, str],
     rec: RequestRecord | None = None,
     cached_field: tuple[str, str] | None = None,
+    arrived: float | None = None,
 ) -> RequestRecord:
     """One streamed request; never raises for a failed request, records it instead.
 
     Pass ``rec`` to watch a request while it streams (its ``stamps`` grow as tokens arrive);
     ``cached_field``: where the engine's events count cached prompt tokens beyond OpenAI's usage
-    (the adapter's :attr:`~tuner.engines.EngineAdapter.cached_tokens_field`)."""
+    (the adapter's :attr:`~tuner.engines.EngineAdapter.cached_tokens_field`); ``arrived``: when the
+    request arrived, if it waited on the client before being sent (the wait counts in its TTFT)."""
     rec = rec or RequestRecord(ok=False, started=0.0)
-    rec.started = time.perf_counter()
+    rec.started = time.perf_counter() if arrived is None else arrived
     try:
         async with client.stream("POST", url, json=body, headers=headers) as reply:
             if reply.status_code != 200:

@@ -28,7 +28,7 @@ from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
 from tuner.probes._stream import RequestRecord, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
-from tuner.records import ProbeResult
+from tuner.records import Capacity, ProbeResult
 from tuner.space.schema import LoadProbeSpec
 from tuner.stats import batch_means, percentiles
 
@@ -193,11 +193,15 @@ class LoadProbe(Probe):
         """Open loop: requests arrive as a Poisson process of ``rate`` per second, each on its own
         (no client waits for another, so a server that falls behind queues them), as production
         traffic and ``vllm bench serve --request-rate`` do. The window opens once ``warmup``
-        requests have ended (the first ones are behind), and is measured as a closed-loop level's."""
+        requests have ended (the first ones are behind), and is measured as a closed-loop level's.
+        At most :func:`in_flight_cap` requests are at the server at once; later arrivals wait on
+        the client, as in a gateway's queue, their wait part of their TTFT."""
         spec = self.spec
         records: list[RequestRecord] = []
         tasks: list[asyncio.Task[Any]] = []
         ended = [0]
+        cap = in_flight_cap(server.capacity, spec.prompt_tokens + spec.output_tokens)
+        gate = asyncio.Semaphore(cap)
         warmed = asyncio.Event()
         stopping = asyncio.Event()
         rng = random.Random(seed)
@@ -205,7 +209,10 @@ class LoadProbe(Probe):
         async def one(rec: RequestRecord) -> None:
             url, body, headers = self._request(server, prompt(next(self._requests)))
             try:
-                await stream_request(client, url, body, headers, rec=rec, cached_field=server.cached_tokens_field)
+                async with gate:
+                    await stream_request(
+                        client, url, body, headers, rec=rec, cached_field=server.cached_tokens_field, arrived=rec.started
+                    )
             except asyncio.CancelledError:
                 rec.cancelled = True
                 raise
@@ -232,7 +239,7 @@ class LoadProbe(Probe):
             stopping.set()
             await stop_clients([source, *tasks], grace=spec.request_timeout)
         summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
-        summary.update(warmup_s=0.0, ci_target_met=ci, window_at=[start, end], offered_rate=rate)
+        summary.update(warmup_s=0.0, ci_target_met=ci, window_at=[start, end], offered_rate=rate, in_flight_cap=cap)
         return summary
 
     async def _measure(self, records: list[RequestRecord], start: float) -> tuple[float, bool]:
@@ -336,7 +343,12 @@ def summarize(
     Output tokens count where their stream stamps fall (batch means over ``batches`` sub-windows
     give the CI). Requests count where they ended: only those that ended inside the window give
     latencies (with their sample counts) and the error rate; cancelled requests (in flight when the
-    window closed) never count as errors."""
+    window closed) never count as errors.
+
+    Past saturation the requests that end in a window are the early ones; those still waiting for
+    their first token when it closes are the slow ones. ``waiting`` counts them and
+    ``ttft_p99_censored`` is the p99 over the ended requests' TTFTs and the waits so far of the
+    waiting ones: a lower bound of the true p99, which an SLO check must not let pass."""
     window = batch_means(
         [(r.stamps, r.tokens_per_chunk) for r in records], start, end, batch_count(records, end - start, batches)
     )
@@ -383,7 +395,26 @@ def summarize(
         summary[f"{name}_n"] = len(values)
         for p, value in percentiles(values, PCTS).items():
             summary[f"{name}_p{p}"] = value
+    waits = [end - r.started for r in records if r.started < end and _waiting_at(r, end)]
+    summary["waiting"] = len(waits)
+    summary["ttft_p99_censored"] = percentiles(samples["ttft"] + waits, [99])[99] if waits else summary["ttft_p99"]
     return summary
+
+
+def in_flight_cap(capacity: Capacity, tokens_per_request: int) -> int:
+    """Open loop: the most requests sent to a server at once. Twice what the engine runs at once
+    (its request limit, or what its KV pool holds at ``tokens_per_request``) and 8 more, so the
+    engine's own queue is in the measurement; 1024 where it says neither. A llama-server under a
+    memory cap (RLIMIT_AS) dies creating a thread for each connection ("Resource temporarily
+    unavailable") long before such a queue tells the SLO anything it does not know already."""
+    holds = [n for n in (capacity.max_running_requests, (capacity.kv_tokens or 0) // max(1, tokens_per_request)) if n]
+    return min(2 * min(holds) + 8, 1024) if holds else 1024
+
+
+def _waiting_at(rec: RequestRecord, t: float) -> bool:
+    """No first token yet at ``t``, and not ended (failed) before it."""
+    first_token = None if rec.ttft is None else rec.started + rec.ttft
+    return (first_token is None or first_token >= t) and (rec.ended is None or rec.ended >= t)
 
 
 async def prefix_cache_counters(client: httpx.AsyncClient, server: ServerHandle) -> tuple[float, float] | None:

@@ -94,7 +94,7 @@ class SloProbe(Probe):
 
     async def _run_rate(self, server: ServerHandle, targets: SloTargets) -> ProbeResult:
         spec = self.spec
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)  # open loop: no client cap
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)  # rate_level caps what is in flight
         timeout = httpx.Timeout(self.load.spec.request_timeout, connect=10.0)
         measured: dict[float, dict[str, Any]] = {}
         async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
@@ -166,6 +166,8 @@ def _level_details(summary: dict[str, Any], broke: list[str], here: bool) -> dic
         "requests": summary.get("requests"),
         "first_error": summary.get("first_error"),
         **{m: summary.get(m) for m in AT_LEVEL},
+        "waiting": summary.get("waiting"),  # still waiting for a first token when the window closed
+        "ttft_p99_censored": summary.get("ttft_p99_censored"),
     }
 
 

@@ -275,14 +275,18 @@ class SloTargets(_Strict):
 
     def violated(self, level: Mapping[str, Any]) -> list[str]:
         """The targets a load level's figures break (``"ttft_p99 1.31 > 1"``); empty: it holds them all.
-        A latency the level could not measure (no request finished) breaks its target."""
+        A latency the level could not measure (no request finished) breaks its target, and so does a
+        TTFT p99 whose lower bound (``ttft_p99_censored``: requests still waiting for their first
+        token when the window closed, counted with their waits so far) is over it."""
         broken = []
         for name in ("ttft_p99", "itl_p99", "tpot_p99"):
             bound = getattr(self, name)
             if bound is None:
                 continue
             value = level.get(name)
-            if value is None or value > bound:
+            if name == "ttft_p99" and (censored := level.get("ttft_p99_censored")) is not None and censored > bound:
+                broken.append(f"ttft_p99 >= {censored:.3g} > {bound:g} ({level.get('waiting', 0)} still waiting)")
+            elif value is None or value > bound:
                 broken.append(f"{name} {'unmeasured' if value is None else f'{value:.3g}'} > {bound:g}")
         if (rate := level.get("error_rate") or 0.0) > self.error_rate:
             broken.append(f"error_rate {rate:.3g} > {self.error_rate:g}")
