@@ -16,7 +16,16 @@ from tuner.probes.slo import search, search_rate
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.2)
-TTFT_SLO = 0.5  # s: a request that waits for one of the 2 slots waits a whole request (24 tokens on one core)
+# The real-server tests set the TTFT target from the server's own solo TTFT (median, one client), so
+# that a slower or busier machine moves the target with the latencies. Measured here (2 cores, 2
+# slots, one thread; p99 over the solo median, with and without a busy neighbour core). Closed
+# loop, 32/64 tokens (3 runs): 2 clients 1.2-2.5, 3 clients 6.2-13 (the third waits for a slot: a
+# whole request). Open loop, 48/24 tokens (4 runs): 1 request/s 0.9-2.0, 1.5/s 2.4-4.4, 2/s 1.5-3.5,
+# 3/s 7-15 (past the ~1.9 requests/s the 2 slots serve, a queue grows), 4/s and more: a queue growing
+# by 2 or more a second. One window per level is noisy near the target (at 5x, 2 of 6 runs bracketed
+# a lucky 3/s, whose half then broke it): 8x puts the target where only a growing queue breaks it.
+CLOSED_LOOP_SLO = 3.8  # x solo TTFT: between 2 clients' and 3 clients' p99
+OPEN_LOOP_SLO = 8.0  # x solo TTFT: holds without a growing queue, breaks with one
 
 
 def _server(knee: int, calls: list[int]) -> Any:
@@ -99,22 +108,28 @@ def test_the_answer_holds_the_slo_and_one_more_client_breaks_it_on_a_real_llama_
     """llama-server with 2 slots on one core: a third client waits for a slot, its TTFT jumps by a
     whole request. The probe's answer N and N + 1 are then measured again, independently (fresh
     levels of a new load probe on the same server): N holds the SLO, N + 1 breaks it."""
-    load = LoadProbeSpec(concurrency=[1], prompt_tokens=48, output_tokens=24, duration=3, max_duration=4, warmup=1)
-    targets = SloTargets(ttft_p99=TTFT_SLO, error_rate=0.0)
-    spec = SloProbeSpec(start=1, max_levels=6, targets=targets)
+    load = LoadProbeSpec(concurrency=[1], prompt_tokens=32, output_tokens=64, duration=3, max_duration=4, warmup=1)
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
+        targets = SloTargets(ttft_p99=CLOSED_LOOP_SLO * _solo_ttft(server, load), error_rate=0.0)
+        spec = SloProbeSpec(start=1, max_levels=6, targets=targets)
         result = SloProbe(spec, load=load).run(handle(server))
         n = int(result.metrics["concurrency"])
         again = LoadProbe(load.model_copy(update={"concurrency": [n, n + 1]})).run(handle(server))
     levels = result.details["levels"]
     assert n >= 1 and result.metrics["concurrency_violated"] == n + 1, result.details
-    assert result.metrics["goodput"] > 0 and result.metrics["ttft_p99"] <= TTFT_SLO
+    assert result.metrics["goodput"] > 0 and result.metrics["ttft_p99"] <= targets.ttft_p99
     assert levels[str(n + 1)]["broke"] and not levels[str(n)]["broke"]
     assert result.metrics["levels"] <= 6 and result.details["stop_reason"].startswith("bracketed")
     at_n, above = (again.details["levels"][str(c)] for c in (n, n + 1))
     assert targets.violated(at_n) == [], at_n
     assert targets.violated(above), above
+
+
+def _solo_ttft(server: Any, load: LoadProbeSpec) -> float:
+    """The median TTFT of one client alone on ``server`` (one level of the load probe)."""
+    level = LoadProbe(load.model_copy(update={"concurrency": [1]})).run(handle(server)).details["levels"]["1"]
+    return float(level["ttft_p50"])
 
 
 def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path: Path) -> None:
@@ -147,12 +162,14 @@ def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path
 @pytest.mark.integration
 def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """Poisson arrivals: the probe brackets a request rate that holds the SLO; measured again, half
-    of it holds and twice the rate that broke it breaks it (2 slots, one core)."""
+    of it holds and twice the rate that broke it breaks it (2 slots, one core). The server lives
+    through it all under the space's 1 GiB memory cap, with no failed request: past saturation the
+    probe queues arrivals on the client instead of opening a connection (a thread) each."""
     load = LoadProbeSpec(concurrency=[1], prompt_tokens=48, output_tokens=24, duration=3, max_duration=4, warmup=2)
-    targets = SloTargets(ttft_p99=TTFT_SLO, error_rate=0.0)
-    spec = SloProbeSpec(mode="rate", start_rate=1.0, max_levels=4, resolution=0.25, targets=targets)
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
+        targets = SloTargets(ttft_p99=OPEN_LOOP_SLO * _solo_ttft(server, load), error_rate=0.0)
+        spec = SloProbeSpec(mode="rate", start_rate=1.0, max_levels=4, resolution=0.25, targets=targets)
         result = SloProbe(spec, load=load).run(handle(server))
         held, broke = result.metrics["rate"], result.metrics["rate_violated"]
         again = LoadProbe(load)
@@ -168,7 +185,9 @@ def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_serve
                 )
 
         low, high = asyncio.run(twice())
+    assert not server.died(), "the server died under the open loop (see its log)"
     assert 0 < held < broke and result.details["mode"] == "rate", result.details
+    assert all(level["error_rate"] == 0 for level in result.details["levels"].values()), result.details
     assert result.metrics["goodput"] > 0 and result.metrics["levels"] <= 4
-    assert targets.violated(low) == [], low
-    assert targets.violated(high), high
+    assert targets.violated(low) == [], (low, result.details)
+    assert targets.violated(high), (high, result.details)
