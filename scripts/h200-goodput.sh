@@ -4,32 +4,37 @@
 #   PHASE=tune  bash scripts/h200-goodput.sh   # the goodput tune (search_spaces/h200-vllm-goodput.yaml);
 #                                              # rerun to go on (the study stays in runs/ while the machine is warm)
 #   PHASE=bench bash scripts/h200-goodput.sh   # the pick on a fresh server under `vllm bench serve` at N and 1.25 N
+#   STUDY=h200-vllm-goodput-rate PHASE=tune|bench  # the open-loop answer (search_spaces/h200-vllm-goodput-rate.yaml),
+#                                              # benched with --request-rate R and 1.25 R, SECONDS_PER_RUN (60) s each
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
 set -uo pipefail
-out=${OUT:-/tmp/out}; mkdir -p "$out"; exec > >(tee -a "$out/goodput-${PHASE:-tune}.log") 2>&1
+out=${OUT:-/tmp/out}; mkdir -p "$out"; study=${STUDY:-h200-vllm-goodput}
+exec > >(tee -a "$out/$study-${PHASE:-tune}.log") 2>&1
 t0=$(date +%s)
 source scripts/h200-install.sh vllm || exit 1
 source scripts/h200-smollm2.sh || exit 1
 echo "ready after $(( $(date +%s) - t0 ))s"
 if [ "${PHASE:-tune}" = tune ]; then
-  if [ ! -f runs/h200-vllm-goodput/study.db ] && [ -f docs/data/goodput/h200-vllm-goodput.db ]; then
-    mkdir -p runs/h200-vllm-goodput && cp docs/data/goodput/h200-vllm-goodput.db runs/h200-vllm-goodput/study.db
+  if [ ! -f "runs/$study/study.db" ] && [ -f "docs/data/goodput/$study.db" ]; then
+    mkdir -p "runs/$study" && cp "docs/data/goodput/$study.db" "runs/$study/study.db"
   fi
   hard=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 25 ))
-  timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space search_spaces/h200-vllm-goodput.yaml \
-    --study h200-vllm-goodput --timeout "$(( hard - 70 ))s"
+  timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "search_spaces/$study.yaml" \
+    --study "$study" --timeout "$(( hard - 70 ))s"
   echo "tune exit $? after $(( $(date +%s) - t0 ))s"
-  python3 -m tuner trials --study h200-vllm-goodput --format csv --out "$out/h200-vllm-goodput-trials.csv"
-  python3 -m tuner limits --study h200-vllm-goodput --trial "$(python3 - <<'PY'
+  python3 -m tuner trials --study "$study" --format csv --out "$out/$study-trials.csv"
+  python3 -m tuner limits --study "$study" --trial "$(STUDY=$study python3 - <<'PY'
+import os
 from tuner.cli._common import open_existing
 from tuner.pick import pick
-print(pick(open_existing("h200-vllm-goodput", None), "knee").number)
+print(pick(open_existing(os.environ["STUDY"], None), "knee").number)
 PY
 )" || true
 else
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
-    python3 benchmarks/goodput_crosscheck.py --study h200-vllm-goodput --out "$out/bench-${PROMPTS:-20}" --prompts-per-client "${PROMPTS:-20}"
+    python3 benchmarks/goodput_crosscheck.py --study "$study" --out "$out/$study-bench" \
+    --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}"
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
 fi
-tar czf "$out/runs-h200-vllm-goodput.tgz" --exclude=servers -C runs h200-vllm-goodput
+tar czf "$out/runs-$study.tgz" --exclude=servers -C runs "$study"
 nvidia-smi --query-gpu=index,memory.used --format=csv; ps -eo pid,pgid,cmd | grep -E "vllm|EngineCore" | grep -v grep || echo "no engine process left"
