@@ -39,8 +39,12 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under xdist: the long integration tests first (the quick ones fill the workers' tails).
-    items.sort(key=lambda item: "integration" not in item.keywords)
+    # Under xdist: the longest first, as the last full run timed them (tests/durations.txt), then
+    # the other integration tests; the quick ones fill the workers' tails.
+    from tests.durations import load
+
+    seconds = load(Path(__file__).with_name("durations.txt"))
+    items.sort(key=lambda item: (-seconds.get(item.nodeid, 0.0), "integration" not in item.keywords))
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="gpu: needs a real GPU engine; run on the device machine")
