@@ -40,7 +40,9 @@ def _has_gpu() -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Under xdist: the longest first, as the last full run timed them (tests/durations.txt), then
-    # the other integration tests; the quick ones fill the workers' tails.
+    # the other integration tests; the quick ones fill the workers' tails. xdist hands them out one
+    # at a time (--maxschedchunk=1 in pyproject.toml): its default first hands each worker a run of
+    # consecutive tests, which in this order gave one worker every long test (1,007 s instead of 786).
     from tests.durations import load
 
     seconds = load(Path(__file__).with_name("durations.txt"))
