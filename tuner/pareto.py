@@ -23,6 +23,8 @@ class Point:
     feasible: bool
     signature: str | None
     params: dict[str, Any]
+    x_hw: float | None = None  # 95 % half-widths: the pick's noise-aware ones for an objective, else the probe's CI
+    y_hw: float | None = None
 
     def xy(self) -> tuple[float, float]:
         """Both coordinates, for a point known to have them (a front point, a measured one)."""
@@ -50,18 +52,28 @@ def _value(trial: TrialRecord, metric: str, means: dict[str, float] | None) -> f
     return trial.metrics.get(metric)
 
 
+def _half_width(trial: TrialRecord, metric: str, widths: dict[str, float] | None) -> float | None:
+    if widths and metric in widths:
+        return widths[metric]  # what the pick compares with: window CI, noise floor or the runs' spread
+    ci = trial.metrics.get(f"{metric}_ci")
+    return None if ci is None else float(ci)
+
+
 def points(study: optuna.Study, x: str, y: str, items: list[Candidate]) -> list[Point]:
-    """Every launched trial at (x, y); a candidate's objectives at their mean over its runs."""
+    """Every launched trial at (x, y); a candidate's objectives at their mean over its runs, with
+    the half-widths the pick uses (other metrics: the probe's own ``<metric>_ci`` where it has one)."""
     names = objective_metrics(study)
     means = {c.number: dict(zip(names, c.values, strict=True)) for c in items}
+    widths = {c.number: dict(zip(names, c.half_widths, strict=True)) for c in items if c.half_widths}
     found = []
     for t in read_trials(study, states=(TrialState.COMPLETE, TrialState.PRUNED)):
         if t.invalid_combination is not None:
             continue
         ok = t.state == TrialState.COMPLETE and t.feasible
         signature = t.signature or ("infeasible" if t.state == TrialState.COMPLETE and not ok else None)
-        m = means.get(t.number)
-        found.append(Point(t.number, _value(t, x, m), _value(t, y, m), t.state.name, ok, signature, dict(t.params)))
+        m, w = means.get(t.number), widths.get(t.number)
+        x_hw, y_hw = (_half_width(t, metric, w) if ok else None for metric in (x, y))
+        found.append(Point(t.number, _value(t, x, m), _value(t, y, m), t.state.name, ok, signature, dict(t.params), x_hw, y_hw))
     return found
 
 

@@ -24,8 +24,22 @@ def front_png(fronts: list[StudyFront], x: str, y: str, path: Path) -> None:
     for color, f in zip(COLORS, fronts, strict=False):
         faint = f.faint
         ax.scatter([p.x or 0 for p in faint], [p.y or 0 for p in faint], color=color, alpha=0.25, marker="x", s=30)
-        ok = [p.xy() for p in f.points if p.feasible and p.x is not None and p.y is not None]
+        measured = [p for p in f.points if p.feasible and p.x is not None and p.y is not None]
+        ok = [p.xy() for p in measured]
         ax.scatter([px for px, _ in ok], [py for _, py in ok], color=color, alpha=0.45, s=22)
+        barred = [p for p in measured if p.x_hw or p.y_hw]
+        if barred:
+            ax.errorbar(
+                [p.xy()[0] for p in barred],
+                [p.xy()[1] for p in barred],
+                xerr=[p.x_hw or 0.0 for p in barred],
+                yerr=[p.y_hw or 0.0 for p in barred],
+                fmt="none",
+                ecolor=color,
+                alpha=0.5,
+                capsize=3,
+                lw=1,
+            )
         front = [p.xy() for p in f.front]
         # both maximized: the boundary of the dominated region drops at each point, then runs right
         ax.step(
@@ -41,7 +55,7 @@ def front_png(fronts: list[StudyFront], x: str, y: str, path: Path) -> None:
             ax.annotate(f"#{p.trial}", p.xy(), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(f"{y} vs {x}\n(faint x: pruned or infeasible; unmeasured at 0)", fontsize=10)
+    ax.set_title(f"{y} vs {x}\n(bars: 95 % CI; faint x: pruned or infeasible; unmeasured at 0)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
     fig.tight_layout()
@@ -73,7 +87,9 @@ def front_html(fronts: list[StudyFront], x: str, y: str, path: Path | None = Non
                 y=[p.y for p in ok],
                 mode="markers",
                 marker={"color": color, "opacity": 0.5},
-                name=f"{f.name}: feasible",
+                error_x={"type": "data", "array": [p.x_hw or 0.0 for p in ok], "visible": any(p.x_hw for p in ok)},
+                error_y={"type": "data", "array": [p.y_hw or 0.0 for p in ok], "visible": any(p.y_hw for p in ok)},
+                name=f"{f.name}: feasible (bars: 95 % CI)",
                 text=[f"trial {p.trial}<br>{p.params}" for p in ok],
                 hoverinfo="text+x+y",
             )
