@@ -100,4 +100,9 @@ def test_the_measured_slo_load_sits_beside_the_capacity_derived_calls() -> None:
     assert (limits.slo_concurrency, limits.slo_broke_at, limits.slo_goodput) == (3, 4, 85.5)
     text = limits.render([2048])
     assert "  parallel calls in SLO   3   (at 85.5 output tok/s; 4 break it)" in text
+    open_loop = {"slo.rate": 2.5, "slo.rate_violated": 3.0, "slo.goodput": 60.0}
+    rate_trial = TrialRecord(1, TrialState.COMPLETE, {}, metrics=open_loop, capacity={"kv_tokens": 4096})
+    rate_text = for_trial({"context_per_request": 2048}, rate_trial).render([2048])
+    assert "  requests/s in SLO       2.5   (at 60.0 output tok/s; 3/s break it)" in rate_text
+    assert "parallel calls in SLO" not in rate_text
     assert "  max running requests    2" in text

@@ -39,7 +39,9 @@ class Limits:
     served_context: int | None = None  # the context served at the target concurrency (probes.served); 0: failed
     slo_concurrency: int | None = None  # the most concurrent calls that held the objective set's SLO (probes.slo)
     slo_broke_at: int | None = None  # the fewest that broke it
-    slo_goodput: float | None = None  # output tok/s at slo_concurrency
+    slo_goodput: float | None = None  # output tok/s at slo_concurrency (or slo_rate)
+    slo_rate: float | None = None  # open loop (probes.slo.mode: rate): the largest Poisson request rate that held it
+    slo_rate_broke_at: float | None = None  # the smallest rate that broke it
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -80,12 +82,20 @@ class Limits:
             )
         return notes
 
-    def _slo_note(self) -> str:
+    def _slo_note(self, broke: str | None) -> str:
         """Beside the SLO load: its goodput and the load that broke the SLO, where measured."""
         parts = [f"at {self.slo_goodput:,.1f} output tok/s"] if self.slo_goodput is not None else []
-        if self.slo_broke_at is not None:
-            parts.append(f"{self.slo_broke_at:,} break it")
+        if broke is not None:
+            parts.append(f"{broke} break it")
         return f"   ({'; '.join(parts)})" if parts else ""
+
+    def _slo_lines(self, fmt: Any) -> list[str]:
+        """The measured SLO load: parallel calls (closed loop), and requests/s where the probe ran open loop."""
+        if self.slo_rate is None:
+            broke = None if self.slo_broke_at is None else f"{self.slo_broke_at:,}"
+            return [f"  parallel calls in SLO   {fmt(self.slo_concurrency)}{self._slo_note(broke)}"]
+        broke = None if self.slo_rate_broke_at is None else f"{self.slo_rate_broke_at:g}/s"
+        return [f"  requests/s in SLO       {self.slo_rate:g}{self._slo_note(broke)}"]
 
     def to_dict(self, contexts: list[int]) -> dict[str, Any]:
         return {
@@ -111,7 +121,7 @@ class Limits:
             f"  recall-verified context {fmt(self.recall_verified_context)}",
             f"  served at concurrency   {fmt(self.served_context)}"
             + ("   (FAILED: long requests side by side did not all complete)" if self.served_context == 0 else ""),
-            f"  parallel calls in SLO   {fmt(self.slo_concurrency)}{self._slo_note()}",
+            *self._slo_lines(fmt),
             "runtime-derived",
             f"  KV pool tokens          {fmt(self.kv_tokens)}"
             + (f"   ({self.sources['kv_tokens']})" if "kv_tokens" in self.sources else ""),
@@ -147,8 +157,9 @@ def for_trial(configured: dict[str, int | None], trial: TrialRecord) -> Limits:
 
     metrics = trial.metrics
     checked: dict[str, Any] = {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}
-    if "slo.goodput" in metrics:
-        checked["slo_goodput"] = float(metrics["slo.goodput"])
+    for field_, metric in (("slo_goodput", "slo.goodput"), ("slo_rate", "slo.rate"), ("slo_rate_broke_at", "slo.rate_violated")):
+        if metric in metrics:
+            checked[field_] = float(metrics[metric])
     capacity = Capacity.from_dict(dict(trial.capacity)) if trial.capacity else None
     return from_config({**configured, **checked}, capacity)
 
