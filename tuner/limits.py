@@ -89,13 +89,13 @@ class Limits:
             parts.append(f"{broke} break it")
         return f"   ({'; '.join(parts)})" if parts else ""
 
-    def _slo_lines(self, fmt: Any) -> list[str]:
-        """The measured SLO load: parallel calls (closed loop), and requests/s where the probe ran open loop."""
+    def _slo_line(self, fmt: Any) -> str:
+        """The measured SLO load: parallel calls (closed loop), or requests/s where the probe ran open loop."""
         if self.slo_rate is None:
             broke = None if self.slo_broke_at is None else f"{self.slo_broke_at:,}"
-            return [f"  parallel calls in SLO   {fmt(self.slo_concurrency)}{self._slo_note(broke)}"]
+            return f"  parallel calls in SLO   {fmt(self.slo_concurrency)}{self._slo_note(broke)}"
         broke = None if self.slo_rate_broke_at is None else f"{self.slo_rate_broke_at:g}/s"
-        return [f"  requests/s in SLO       {self.slo_rate:g}{self._slo_note(broke)}"]
+        return f"  requests/s in SLO       {self.slo_rate:g}{self._slo_note(broke)}"
 
     def to_dict(self, contexts: list[int]) -> dict[str, Any]:
         return {
@@ -121,7 +121,7 @@ class Limits:
             f"  recall-verified context {fmt(self.recall_verified_context)}",
             f"  served at concurrency   {fmt(self.served_context)}"
             + ("   (FAILED: long requests side by side did not all complete)" if self.served_context == 0 else ""),
-            *self._slo_lines(fmt),
+            self._slo_line(fmt),
             "runtime-derived",
             f"  KV pool tokens          {fmt(self.kv_tokens)}"
             + (f"   ({self.sources['kv_tokens']})" if "kv_tokens" in self.sources else ""),

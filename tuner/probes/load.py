@@ -169,18 +169,9 @@ class LoadProbe(Probe):
         counters = await prefix_cache_counters(client, server)
         began = time.perf_counter()
         tasks = [asyncio.create_task(client_loop(i)) for i in range(concurrency)]
-        try:
-            try:
-                await asyncio.wait_for(warmed.wait(), timeout=spec.request_timeout * max(1, spec.warmup))
-            except TimeoutError:
-                logger.warning("level %d: warmup did not complete a full wave in time; measuring anyway", concurrency)
-            start = time.perf_counter()
-            end, ci = await self._measure(records, start)
-        finally:
-            stopping.set()
-            await stop_clients(tasks, grace=spec.request_timeout)
-        summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
-        summary.update(warmup_s=start - began, ci_target_met=ci, window_at=[start, end])  # perf_counter: telemetry slices by it
+        late = f"level {concurrency}: warmup did not complete a full wave in time; measuring anyway"
+        summary = await self._window(records, tasks, warmed, stopping, late)
+        summary["warmup_s"] = summary["window_at"][0] - began
         after = await prefix_cache_counters(client, server)
         if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
             summary["cache_hit_rate"] = (after[1] - counters[1]) / (after[0] - counters[0])  # the level, warmup included
@@ -227,19 +218,37 @@ class LoadProbe(Probe):
                 records.append(rec)
                 tasks.append(asyncio.create_task(one(rec)))
 
-        source = asyncio.create_task(arrivals())
+        tasks.append(asyncio.create_task(arrivals()))  # the arrivals first, then every request it starts
+        late = f"rate {rate:.3g}/s: no request ended in time; measuring anyway"
+        summary = await self._window(records, tasks, warmed, stopping, late)
+        summary.update(warmup_s=0.0, offered_rate=rate, in_flight_cap=cap)
+        return summary
+
+    async def _window(
+        self,
+        records: list[RequestRecord],
+        tasks: list[asyncio.Task[Any]],
+        warmed: asyncio.Event,
+        stopping: asyncio.Event,
+        late: str,
+    ) -> dict[str, Any]:
+        """A level's window, closed or open loop: wait for ``warmed`` (``late`` is logged when it
+        takes longer than the warm-up may), measure, stop ``tasks`` (read at the stop: requests the
+        open loop started meanwhile are in it), and summarize. ``window_at`` is in perf_counter time:
+        telemetry slices by it."""
+        spec = self.spec
         try:
             try:
                 await asyncio.wait_for(warmed.wait(), timeout=spec.request_timeout * max(1, spec.warmup))
             except TimeoutError:
-                logger.warning("rate %.3g/s: no request ended in time; measuring anyway", rate)
+                logger.warning(late)
             start = time.perf_counter()
             end, ci = await self._measure(records, start)
         finally:
             stopping.set()
-            await stop_clients([source, *tasks], grace=spec.request_timeout)
+            await stop_clients(list(tasks), grace=spec.request_timeout)
         summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
-        summary.update(warmup_s=0.0, ci_target_met=ci, window_at=[start, end], offered_rate=rate, in_flight_cap=cap)
+        summary.update(ci_target_met=ci, window_at=[start, end])
         return summary
 
     async def _measure(self, records: list[RequestRecord], start: float) -> tuple[float, bool]:
