@@ -226,7 +226,10 @@ class RayExecutor:
                 logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             ray.init(
                 address="local",  # always a new cluster of our own: never a stray /tmp/ray/ray_current_cluster or RAY_ADDRESS
-                num_cpus=max(os.cpu_count() or 1, max_parallel),
+                # Ray prestarts a Python worker per CPU it is given; trials ask for their devices and
+                # no CPU (see _options), so one worker per trial that can run at once is all it needs
+                # (os.cpu_count() here prestarted 2 workers per 1-partition run on 2 cores, 128 on a GPU box)
+                num_cpus=max_parallel,
                 num_gpus=0,
                 resources={f"tuner_device_{d}": 1.0 for d in devices},
                 include_dashboard=False,
