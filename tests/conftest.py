@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,12 +42,29 @@ def _has_gpu() -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Under xdist: the longest first, as the last full run timed them (tests/durations.txt), then
     # the other integration tests; the quick ones fill the workers' tails. xdist hands them out one
-    # at a time (--maxschedchunk=1 in pyproject.toml): its default first hands each worker a run of
-    # consecutive tests, which in this order gave one worker every long test (1,007 s instead of 786).
+    # at a time (--dist loadgroup in pyproject.toml: each test its own unit, a group one unit): its
+    # default hands each worker a run of consecutive tests, which in this order gave one worker
+    # every long test (1,007 s instead of 786).
     from tests.durations import load
 
     seconds = load(Path(__file__).with_name("durations.txt"))
-    items.sort(key=lambda item: (-seconds.get(item.nodeid, 0.0), "integration" not in item.keywords))
+
+    def group(item: pytest.Item) -> str | None:
+        mark = item.get_closest_marker("xdist_group")
+        return str(mark.args[0]) if mark else None
+
+    # a group goes to one worker as one unit: it starts where its total puts it, its tests in a row
+    total: dict[str, float] = {}
+    for item in items:
+        if (name := group(item)) is not None:
+            total[name] = total.get(name, 0.0) + seconds.get(item.nodeid.split("@")[0], 0.0)
+
+    def longest_first(item: pytest.Item) -> tuple[float, str, bool]:
+        name = group(item)
+        own = total[name] if name is not None else seconds.get(item.nodeid.split("@")[0], 0.0)
+        return (-own, name or "", "integration" not in item.keywords)
+
+    items.sort(key=longest_first)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="gpu: needs a real GPU engine; run on the device machine")
@@ -145,7 +163,6 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     xdist worker to ask builds it under a lock, every worker gets its own copy to write to): two
     configs that serve (different throughput and recall-verified context) and one whose KV
     cache does not fit under the memory cap. Returns (study, run_dir, space)."""
-    import fcntl
 
     from tuner import objectives
     from tuner.artifacts import RunDir
@@ -157,31 +174,47 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     raw = tiny_space(name="real")
     raw["hardware"]["devices"] = [0]  # one build for every worker: the space it stores is the same for all
     raw["parameters"] = {
-        "ctx-size": {"type": "categorical", "choices": [2048, 4096, 65536]},
+        "ctx-size": {"type": "categorical", "choices": [1024, 2048, 65536]},
         "parallel": {"type": "int", "low": 1, "high": 2},
     }
-    raw["probes"]["recall"] = {"lengths": [512, 1024, 2048], "depths": [0.5]}
+    # Rungs up to 1,024 tokens: prefill on one busy core runs at ~130 tokens/s, so a 2,048 rung cost
+    # 12 s in every trial the tests re-run (revalidation, compare), and these tests check plumbing.
+    raw["probes"]["recall"] = {"lengths": [256, 512, 1024], "depths": [0.5]}
     raw["objectives"] = "throughput-vs-context"
     raw["enqueue"] = [
-        {"ctx-size": 2048, "parallel": 2},
-        {"ctx-size": 4096, "parallel": 1},
+        {"ctx-size": 1024, "parallel": 2},
+        {"ctx-size": 2048, "parallel": 1},
         {"ctx-size": 65536, "parallel": 2},
     ]
     space = validate(raw, "real.yaml")
     objective = objectives.load(space.objectives)
+
+    def build(folder: Path) -> None:
+        golden = RunDir(folder / "real")
+        golden.root.mkdir()
+        study = open_study(space, objective, name="real", storage=golden.db_url, source="real.yaml")
+        Driver(space, study, objective, golden, InlineExecutor(), trials=3).run()
+
+    built = built_once(tmp_path_factory, "real-study", build)
+    return (*copy_study(built / "real", tmp_path_factory.mktemp("real-study") / "real"), space)
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder ``build`` fills once per test run, whichever xdist worker asks first (under a lock;
+    the others wait and reuse it). Read it, never write to it: copy what a test changes."""
+    import fcntl
+
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's folder, all workers
-    built = shared / "real-study-built"
-    with open(shared / "real-study.lock", "w") as lock:
+    folder = shared / f"{name}-built"
+    with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (built / "done").is_file():
-            shutil.rmtree(built, ignore_errors=True)
-            golden = RunDir(built / "real")
-            golden.root.mkdir(parents=True)
-            study = open_study(space, objective, name="real", storage=golden.db_url, source="real.yaml")
-            Driver(space, study, objective, golden, InlineExecutor(), trials=3).run()
-            (built / "done").touch()
-    return (*copy_study(built / "real", tmp_path_factory.mktemp("real-study") / "real"), space)
+        if not (folder / "done").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / "done").touch()
+    return folder
 
 
 def copy_study(source: Path, dest: Path):  # (optuna.Study, RunDir)

@@ -42,8 +42,8 @@ def test_study_is_plain_optuna(real_study) -> None:
 def test_pick_max_context_and_throughput(real_study) -> None:
     study, _, _ = real_study
     by_context = pick(study, "max-context")
-    assert by_context.trial.params == {"ctx-size": 4096, "parallel": 1}
-    assert by_context.values[1] == 2048  # recall-verified (the ladder ends at 2048), not the configured 4096
+    assert by_context.trial.params == {"ctx-size": 2048, "parallel": 1}
+    assert by_context.values[1] == 1024  # recall-verified (the ladder ends at 1024), not the configured 2048
     assert pick(study, "trial:0").number == 0
     with pytest.raises(Exception, match="not a complete, feasible trial"):
         pick(study, "trial:2")
@@ -68,14 +68,14 @@ def test_export_formats_replay_what_ran(real_study) -> None:
         "Restart=on-failure",
         "KillMode=control-group",
         "TimeoutStopSec=",
-        "recall.effective_context: 2,048.0",
-        "--ctx-size 4096",
+        "recall.effective_context: 1,024.0",
+        "--ctx-size 2048",
         "engine: llamacpp llama-cpp-python==",
     ):
         assert needle in unit
     assert "queue is unbounded" in unit and "never re-validated" in unit
     data = json.loads(exported.render("json"))
-    assert data["params"] == {"ctx-size": 4096, "parallel": 1} and data["trial"] == chosen.number
+    assert data["params"] == {"ctx-size": 2048, "parallel": 1} and data["trial"] == chosen.number
     assert data["memory_cap"] == cap and data["argv"] == [*original[:port], "8080", *original[port + 1 :]]
 
 
@@ -94,7 +94,7 @@ def test_trials_table(real_study) -> None:
     frame = trials_frame(study)
     assert list(frame["state"]) == ["COMPLETE", "COMPLETE", "PRUNED"]
     assert frame.loc[2, "signature"] == "kv_cache_oom"
-    assert frame.loc[1, "recall.effective_context"] == 2048
+    assert frame.loc[1, "recall.effective_context"] == 1024
 
 
 def test_hypervolume() -> None:

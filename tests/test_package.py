@@ -12,16 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, built_once
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(out)], check=True, cwd=out, timeout=300
-    )
-    return next(out.glob("tuner-*.whl"))
+    """The wheel, built once per test run (both tests here read it, whichever worker runs them)."""
+
+    def build(out: Path) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(out)], check=True, cwd=out, timeout=300
+        )
+
+    return next(built_once(tmp_path_factory, "wheel", build).glob("tuner-*.whl"))
 
 
 def test_the_wheel_carries_every_space_and_objective_set(wheel: Path) -> None:
