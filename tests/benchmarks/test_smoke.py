@@ -34,7 +34,9 @@ def test_noise_benchmark_runs(llama_server: Path, smollm2: Path, tmp_path: Path)
             "--space",
             "cpu-llamacpp",
             "--params",
-            '{"parallel": 2}',
+            # one thread: two llama.cpp threads on cores another worker's server also uses wait for
+            # each other at every op (this test took 99 s beside other tests, 26 s alone)
+            '{"parallel": 2, "threads": 1}',
             "--fresh",
             "2",
             "--windows",
@@ -66,7 +68,7 @@ def test_fatal_to_pruned_benchmark_runs(llama_server: Path, smollm2: Path, capsy
 
 @pytest.mark.integration
 def test_recall_kv_benchmark_runs(llama_server: Path, smollm2: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _load("recall_kv").main([512], 1)
+    _load("recall_kv").main([256], 1)  # 3 caches x 3 depths: nine prompts, ~2 s each at 256 tokens
     assert capsys.readouterr().out.count("effective context") == 3
 
 

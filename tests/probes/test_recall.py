@@ -43,22 +43,22 @@ def test_the_auto_ladder_climbs_to_the_configured_context() -> None:
 
 @pytest.mark.integration
 def test_auto_ladder_verifies_the_configured_context_with_distractors(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
-    with llama_server_process(tmp_path, smollm2, {"ctx-size": 1536, "parallel": 1}) as server:
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 768, "parallel": 1}) as server:
         server.wait_ready()
-        spec = RecallProbeSpec(start=1024, depths=[0.5], repeats=2, distractors=3, seed=5)
+        spec = RecallProbeSpec(start=512, depths=[0.5], repeats=2, distractors=3, seed=5)
         result = RecallProbe(spec).run(handle(server))
-    assert result.details["ladder"] == [1024, 1536]
+    assert result.details["ladder"] == [512, 768]  # doubling, then the slot itself (not a power of two)
     table = result.details["table"]
-    assert set(table.get("1024", {})) == {"0.5/0", "0.5/1"}, table
+    assert set(table.get("512", {})) == {"0.5/0", "0.5/1"}, table
     for length, row in table.items():
         for case in row.values():
             assert case["prompt_tokens"] is not None and case["prompt_tokens"] <= int(length) - 16, (length, case)
     assert result.metrics["cases"] == 2 * len(table)
-    assert "recall@1024" not in result.metrics and result.metrics["context_limit"] == 1536
+    assert "recall@512" not in result.metrics and result.metrics["context_limit"] == 768
     # what it recalls, never more than it was told: the last rung passed before the first miss
     verified = 0
     for length in result.details["ladder"]:
         if result.details["recall"].get(str(length)) != 1.0:
             break
         verified = length
-    assert result.metrics["effective_context"] == verified <= 1536
+    assert result.metrics["effective_context"] == verified <= 768
