@@ -15,6 +15,9 @@ import pytest
 from tests.conftest import group_members, tiny_space
 
 pytestmark = pytest.mark.integration
+# The tests on the `cluster` fixture run on one xdist worker (pyproject: --dist loadgroup), in a row:
+# one 3-node cluster for them all, not one per worker and per return to this module (7-8 s each).
+one_cluster = pytest.mark.xdist_group("ray-cluster")
 
 
 def test_a_local_run_is_local_whatever_ray_current_cluster_or_ray_address_say(
@@ -93,6 +96,7 @@ def _two_partitions(name: str) -> dict:
     return raw
 
 
+@one_cluster
 def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(
     cluster, tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
@@ -131,6 +135,7 @@ def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(
     assert all(t.datetime_start <= launched(t) < t.datetime_complete for t in trials)  # asked, then launched, then done
 
 
+@one_cluster
 def test_a_new_executor_stops_orphans_on_every_node(cluster, tmp_path: Path) -> None:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -169,6 +174,7 @@ def test_a_new_executor_stops_orphans_on_every_node(cluster, tmp_path: Path) -> 
     assert group_members(pid) == []
 
 
+@one_cluster
 def test_tune_run_on_the_cluster_from_the_command_line(cluster, tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """The CLI wiring: --ray-address puts trials on the nodes and warns about SQLite."""
     import sys
@@ -195,6 +201,7 @@ def test_tune_run_on_the_cluster_from_the_command_line(cluster, tmp_path: Path, 
     assert set(ran) == {0, 1} and all(nodes[d][:12] in where for d, where in ran.items()), ran
 
 
+@one_cluster
 def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_interrupted_trials_evidence(
     cluster, tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
@@ -211,7 +218,8 @@ def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_in
 
     address, _ = cluster
     raw = _two_partitions("crash-node")
-    raw["probes"]["load"].update(duration=30, max_duration=30)  # still probing when the driver dies
+    # still probing when the driver dies 5 s after both launched; the second driver re-runs both with it
+    raw["probes"]["load"].update(duration=12, max_duration=12)
     space = tmp_path / "crash-node.yaml"
     space.write_text(yaml.safe_dump(raw))
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
@@ -250,7 +258,7 @@ def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_in
             time.sleep(0.3)
         else:
             raise AssertionError("the first driver did not launch two trials within 120 s")
-        time.sleep(8)  # both servers up and probing
+        time.sleep(5)  # both servers up (0.5 s) and probing (the window closes 12 s after the warm-up wave)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(10)
     finally:
