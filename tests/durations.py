@@ -21,7 +21,8 @@ def parse(text: str, floor: float = 3.0) -> dict[str, float]:
     seconds: dict[str, float] = {}
     for line in text.splitlines():
         if m := LINE.match(line):
-            seconds[m[2]] = seconds.get(m[2], 0.0) + float(m[1])
+            name = m[2].split("@")[0]  # --dist loadgroup suffixes a grouped test's id with @group
+            seconds[name] = seconds.get(name, 0.0) + float(m[1])
     return {name: s for name, s in seconds.items() if s >= floor}
 
 
