@@ -245,8 +245,9 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
         storage,
         "--no-remeasure",
     ]
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
+    for folder in "abc":
+        (tmp_path / folder).mkdir()
+    seconds: list[tuple[list[str], subprocess.Popen[str]]] = []
     first = subprocess.Popen(
         argv, cwd=tmp_path / "a", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
@@ -265,21 +266,29 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
             time.sleep(0.2)
         else:
             raise AssertionError("the first driver launched no trial within 120 s")
-        for prefix in ([], *([other_host] if other_host else [])):
-            second = subprocess.run(prefix + argv, cwd=tmp_path / "b", capture_output=True, text=True, timeout=120)
-            lines = second.stderr.strip().splitlines()
-            assert second.returncode == 1 and len(lines) == 1, (prefix, second.stdout + second.stderr)
+        # both second drivers at once, each from its own folder: one after the other, on a busy
+        # machine the first driver once finished its trials before the second was even refused
+        for prefix, folder in zip(([], *([other_host] if other_host else [])), (tmp_path / "b", tmp_path / "c"), strict=False):
+            pipe = subprocess.PIPE
+            second = subprocess.Popen(prefix + argv, cwd=folder, stdout=pipe, stderr=pipe, text=True, start_new_session=True)
+            seconds.append((prefix, second))
+        for prefix, second in seconds:
+            stdout, stderr = second.communicate(timeout=120)
+            lines = stderr.strip().splitlines()
+            assert second.returncode == 1 and len(lines) == 1, (prefix, stdout + stderr)
             assert lines[0].startswith(f"error: study '{study_name}' is being run by pid {first.pid} on "), lines
-            assert first.poll() is None, "the first driver ended before the second was refused: the test proves nothing"
+        assert first.poll() is None, "the first driver ended before the second was refused: the test proves nothing"
         out, _ = first.communicate(timeout=180)
         assert first.returncode == 0, out
     finally:
-        if first.poll() is None:
-            os.killpg(first.pid, 9)
-            first.wait()
+        for process in (first, *(second for _, second in seconds)):
+            if process.poll() is None:  # a second driver not refused runs trials too: its whole session
+                os.killpg(process.pid, 9)
+                process.wait()
     trials = optuna.load_study(study_name=study_name, storage=storage).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"], [(t.state.name, t.user_attrs.get("error")) for t in trials]
-    assert not (tmp_path / "b" / "runs" / study_name / "trials").exists(), "the refused driver started trials"
+    for folder in "bc":
+        assert not (tmp_path / folder / "runs" / study_name / "trials").exists(), "a refused driver started trials"
 
 
 def test_running_trials_of_a_gone_driver_are_shown_stale(tmp_path: Path) -> None:
