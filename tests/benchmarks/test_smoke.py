@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import tiny_space
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -28,26 +30,16 @@ def test_partitions_benchmark_runs(llama_server: Path, smollm2: Path, capsys: py
 
 @pytest.mark.integration
 def test_noise_benchmark_runs(llama_server: Path, smollm2: Path, tmp_path: Path) -> None:
+    import yaml
+
+    # the tests' tiny space (one thread on this worker's core, 32 in / 8 out): the embedded default's
+    # 2 threads beside another worker's server wait for each other at every op (99 s beside other
+    # tests, 26 s alone), and its 128 / 48 tokens at 4 clients on one thread took 40 s
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump(tiny_space(name="noise")))
     out = tmp_path / "noise.json"
     report = _load("noise").main(
-        [
-            "--space",
-            "cpu-llamacpp",
-            "--params",
-            # one thread: two llama.cpp threads on cores another worker's server also uses wait for
-            # each other at every op (this test took 99 s beside other tests, 26 s alone)
-            '{"parallel": 2, "threads": 1}',
-            "--fresh",
-            "2",
-            "--windows",
-            "1",
-            "--duration",
-            "3",
-            "--max-duration",
-            "4",
-            "--json",
-            str(out),
-        ]
+        ["--space", str(space), "--fresh", "2", "--windows", "1", "--duration", "3", "--max-duration", "4", "--json", str(out)]
     )
     assert len(report["fresh"]) == 2 and len(report["windows"]) == 1 and out.is_file()
     # 3-4 s windows: a 1 s window on two busy cores (the suite under xdist) once counted no token at all
