@@ -39,6 +39,7 @@ def _has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist does not know it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores (PYTEST_XDIST_AUTO_NUM_WORKERS overrides). A test
     here spends its time in windows of fixed length, sleeps and waits on servers and Ray at ~1 core:
