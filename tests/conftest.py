@@ -69,10 +69,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (name := group(item)) is not None:
             total[name] = total.get(name, 0.0) + seconds.get(item.nodeid.split("@")[0], 0.0)
 
-    def longest_first(item: pytest.Item) -> tuple[float, str, bool]:
+    def longest_first(item: pytest.Item) -> tuple[bool, bool, float, str]:
         name = group(item)
         own = total[name] if name is not None else seconds.get(item.nodeid.split("@")[0], 0.0)
-        return (-own, name or "", "integration" not in item.keywords)
+        # a quiet test first, the unit tests next: they run on the other workers while it holds
+        # the machine (see pytest_runtest_protocol), then the integration tests, longest first
+        return ("quiet" not in item.keywords, "integration" in item.keywords, -own, name or "")
 
     items.sort(key=longest_first)
     if _has_gpu():
@@ -81,6 +83,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Under xdist, a test marked ``quiet`` (it measures run-to-run noise) runs with no other
+    integration test beside it: it holds this run's machine lock exclusively, the others hold it
+    shared, and none starts while a quiet one waits. Held around the whole protocol, so the
+    fixtures a test sets up first (the real study's tune, a Ray cluster) wait too. Beside two other
+    workers' tests, "quiet" fresh-server runs spread 20-27 % (two CI runs): no run can then be
+    told the odd one out."""
+    quiet = item.get_closest_marker("quiet") is not None
+    run = getattr(item.config, "workerinput", {}).get("testrunuid")
+    if run is None or not (quiet or "integration" in item.keywords):
+        yield
+        return
+    import fcntl
+    import time
+
+    # this run's folder, all workers (pytest keeps the last three runs' folders, then removes them)
+    shared = item.config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+    wanted = shared / "quiet-wanted"
+    with open(shared / "machine.lock", "a") as lock:
+        if quiet:
+            wanted.touch()
+            fcntl.flock(lock, fcntl.LOCK_EX)  # once the tests already running have ended
+        else:
+            while wanted.exists():
+                time.sleep(0.2)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            if quiet:
+                wanted.unlink(missing_ok=True)
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
