@@ -43,7 +43,8 @@ def _has_gpu() -> bool:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores (PYTEST_XDIST_AUTO_NUM_WORKERS overrides). A test
     here spends its time in windows of fixed length, sleeps and waits on servers and Ray at ~1 core:
-    on 2 cores a third worker took the suite from 490-590 s to 472 s (README's test command, all passed)."""
+    on 2 cores, 2 workers ran README's test command in 490-591 s (4 runs), 3 in 391-472 s (5 runs;
+    docs/test-suite.md)."""
     if (forced := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")).isdigit():
         return int(forced)
     return len(os.sched_getaffinity(0)) + 1
@@ -52,9 +53,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Under xdist: the longest first, as the last full run timed them (tests/durations.txt), then
     # the other integration tests; the quick ones fill the workers' tails. xdist hands them out one
-    # at a time (--dist loadgroup in pyproject.toml: each test its own unit, a group one unit): its
-    # default hands each worker a run of consecutive tests, which in this order gave one worker
-    # every long test (1,007 s instead of 786).
+    # at a time (--dist loadgroup in pyproject.toml: each test its own unit, a group one unit): the
+    # default --dist load handed each worker a run of consecutive tests, which in this order gave one
+    # worker every long test (1,007 s instead of 786).
     from tests.durations import load
 
     seconds = load(Path(__file__).with_name("durations.txt"))
@@ -109,7 +110,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             wanted.touch()
             fcntl.flock(lock, fcntl.LOCK_EX)  # once the tests already running have ended
         else:
-            while wanted.exists():
+            while _age(wanted) < 900:  # one left by a worker that died is not waited for
                 time.sleep(0.2)
             fcntl.flock(lock, fcntl.LOCK_SH)
         try:
@@ -118,6 +119,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             if quiet:
                 wanted.unlink(missing_ok=True)
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _age(path: Path) -> float:
+    """Seconds since ``path`` was last written; infinite when it does not exist."""
+    import time
+
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return float("inf")
 
 
 @pytest.fixture(scope="session")
@@ -210,7 +221,6 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     xdist worker to ask builds it under a lock, every worker gets its own copy to write to): two
     configs that serve (different throughput and recall-verified context) and one whose KV
     cache does not fit under the memory cap. Returns (study, run_dir, space)."""
-
     from tuner import objectives
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
