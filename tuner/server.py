@@ -173,6 +173,8 @@ class ServerProcess:
                     self._let_it_exit()
                     raise StartupFailed(f"fatal log line: {self._fatal[1]}", evidence=self.evidence())
                 if self.proc.poll() is not None:
+                    if self._reader is not None:  # the log's last lines: the pipe may not be drained yet
+                        self._reader.join(2.0)  # (beside a busy suite, a port_in_use exit once had no lines)
                     raise StartupFailed(f"server exited with {self.proc.returncode}", evidence=self.evidence())
                 left = deadline - time.monotonic()
                 client.timeout = httpx.Timeout(min(10.0, max(0.5, left)), connect=min(1.0, max(0.1, left)))
