@@ -54,14 +54,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return str(mark.args[0]) if mark else None
 
     # a group goes to one worker as one unit: it starts where its total puts it, its tests in a row
+    def took(item: pytest.Item) -> float:
+        return seconds.get(item.nodeid.split("@")[0], 0.0)  # --dist loadgroup suffixes grouped ids
+
     total: dict[str, float] = {}
     for item in items:
         if (name := group(item)) is not None:
-            total[name] = total.get(name, 0.0) + seconds.get(item.nodeid.split("@")[0], 0.0)
+            total[name] = total.get(name, 0.0) + took(item)
 
     def longest_first(item: pytest.Item) -> tuple[bool, bool, float, str]:
         name = group(item)
-        own = total[name] if name is not None else seconds.get(item.nodeid.split("@")[0], 0.0)
+        own = total[name] if name is not None else took(item)
         # a quiet test first, the unit tests next: they run on the other workers while it holds
         # the machine (see pytest_runtest_protocol), then the integration tests, longest first
         return ("quiet" not in item.keywords, "integration" in item.keywords, -own, name or "")
@@ -91,8 +94,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     import fcntl
     import time
 
-    # this run's folder, all workers (pytest keeps the last three runs' folders, then removes them)
-    shared = item.config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+    shared = run_folder(item.config._tmp_path_factory)  # type: ignore[attr-defined]
     wanted = shared / "quiet-wanted"
     with open(shared / "machine.lock", "a") as lock:
         if quiet:
@@ -108,6 +110,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             if quiet:
                 wanted.unlink(missing_ok=True)
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This test run's folder, the same for every xdist worker (pytest keeps the last three)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def _age(path: Path) -> float:
@@ -250,8 +258,7 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     the others wait and reuse it). Read it, never write to it: copy what a test changes."""
     import fcntl
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's folder, all workers
+    shared = run_folder(tmp_path_factory)
     folder = shared / f"{name}-built"
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
