@@ -50,19 +50,22 @@ def test_pick_max_context_and_throughput(real_study) -> None:
 
 
 def test_export_formats_replay_what_ran(real_study) -> None:
-    """The export is the recorded launch: interpreter, taskset pinning, every flag as spelled when
-    it ran, under the memory cap it ran with (prlimit / LimitAS); only the port is the export's."""
+    """The export is the recorded launch: environment, interpreter, taskset pinning, every flag as
+    spelled when it ran, under the memory cap it ran with (prlimit / LimitAS, and the malloc arenas
+    that cap sets); only the port is the export's."""
     study, run_dir, space = real_study
     chosen = pick(study, "max-context")
     exported = build_export(study, space, chosen, port=8080)
     argv = shlex.split(exported.render("cmd"))
     original = shlex.split((run_dir.trial(chosen.number) / "command.txt").read_text())
     cap = space.server.memory_cap
-    assert argv[:3] == ["prlimit", f"--as={cap}", "--"] and "taskset" in original
+    assert original[0] == argv[0] == "MALLOC_ARENA_MAX=2" and original[1] == "taskset"
+    assert argv[1:4] == ["prlimit", f"--as={cap}", "--"]
     port = original.index("--port") + 1
-    assert argv[3:] == [*original[:port], "8080", *original[port + 1 :]]
+    assert argv[4:] == [*original[1:port], "8080", *original[port + 1 :]]
     unit = exported.render("systemd")
     for needle in (
+        "Environment=MALLOC_ARENA_MAX=2",
         "ExecStart=taskset",
         f"LimitAS={cap}",
         "Restart=on-failure",
@@ -76,7 +79,8 @@ def test_export_formats_replay_what_ran(real_study) -> None:
     assert "queue is unbounded" in unit and "never re-validated" in unit
     data = json.loads(exported.render("json"))
     assert data["params"] == {"ctx-size": 2048, "parallel": 1} and data["trial"] == chosen.number
-    assert data["memory_cap"] == cap and data["argv"] == [*original[:port], "8080", *original[port + 1 :]]
+    assert data["memory_cap"] == cap and data["env"] == {"MALLOC_ARENA_MAX": "2"}
+    assert data["argv"] == [*original[1:port], "8080", *original[port + 1 :]]
 
 
 def test_export_never_writes_a_secret(real_study, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
@@ -49,6 +50,32 @@ def test_good_config_serves_and_leaves_nothing(tmp_path: Path, llama_server: Pat
     assert _port_free(server.port)
     log = (tmp_path / "server.log").read_text()
     assert "n_slots = 2" in log
+
+
+def test_a_memory_capped_server_lives_through_more_connections_than_its_thread_pool(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
+    """llama-server serves each connection past its pool of 6 on a thread of its own. Under the
+    space's 1 GiB cap (RLIMIT_AS) each new thread's malloc arena reserved 64 MiB of it, and 24
+    requests at once killed the server ("Resource temporarily unavailable") with 0.5 GiB in use;
+    with the cap's MALLOC_ARENA_MAX every one of them is answered."""
+    server = _server(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2})
+
+    async def burst() -> list[httpx.Response | BaseException]:
+        limits = httpx.Limits(max_connections=32)
+        async with httpx.AsyncClient(timeout=120, trust_env=False, limits=limits) as client:
+            url = f"{server.url}/v1/completions"
+            asks = (client.post(url, json={"prompt": f"Count to {i}", "max_tokens": 8}) for i in range(24))
+            return await asyncio.gather(*asks, return_exceptions=True)
+
+    with server:
+        server.wait_ready()
+        assert server.command.env.get("MALLOC_ARENA_MAX") == "2"
+        replies = asyncio.run(burst())
+        died = server.died()
+    log = (tmp_path / "server.log").read_text()
+    assert not died, log[-400:]
+    assert [getattr(r, "status_code", r) for r in replies] == [200] * 24
 
 
 def test_kv_cache_that_does_not_fit_fails_fast_with_evidence(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:

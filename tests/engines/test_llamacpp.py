@@ -74,3 +74,16 @@ def test_secrets_are_redacted_from_the_shell_line() -> None:
     cmd = type(cmd)((*cmd.argv, "--api-key", "sk-secret"), cmd.env, cmd.secrets)
     assert "sk-secret" not in cmd.shell_line()
     assert "***" in cmd.shell_line()
+
+
+def test_a_memory_cap_limits_mallocs_arenas_unless_the_space_says_otherwise() -> None:
+    capped = validate(tiny_space(), "t.yaml")
+    assert capped.server.memory_cap == 1 << 30
+    assert adapter.command({}, space=capped, model_path="/m.gguf", port=1).env == {"MALLOC_ARENA_MAX": "2"}
+    raw = tiny_space()
+    raw["server"]["env"] = {"MALLOC_ARENA_MAX": "4"}
+    own = validate(raw, "t.yaml")
+    assert adapter.command({}, space=own, model_path="/m.gguf", port=1).env == {"MALLOC_ARENA_MAX": "4"}
+    raw["server"].update(memory_cap=None, env={})
+    uncapped = validate(raw, "t.yaml")
+    assert adapter.command({}, space=uncapped, model_path="/m.gguf", port=1).env == {}

@@ -28,6 +28,13 @@ __all__ = ["Command", "EngineAdapter", "hub_or_local_problem", "render_flag"]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
+CAPPED_MALLOC_ARENAS = "2"
+"""glibc's malloc arenas under a memory cap. The cap is RLIMIT_AS, which counts address space
+reserved, not used: glibc reserves 64 MiB for each thread's arena (up to 8 per core), and a
+llama-server, which opens a thread per connection, then died at its 1 GiB cap under an open loop
+("Resource temporarily unavailable" creating a thread) with 0.5 GiB of it used. Two arenas keep
+what the cap measures near what the server holds (tests/test_server.py)."""
+
 
 def hub_or_local_problem(path: str) -> str | None:
     """A GPU engine's model is a local directory or file, or a hub id ``owner/name``."""
@@ -167,8 +174,12 @@ class EngineAdapter(ABC):
         return [arg for name, value in flags.items() for arg in render_flag(name, value)]
 
     def environment(self, space: SearchSpace) -> dict[str, str]:
-        """Environment additions for the server; by default the space's ``server.env``."""
-        return dict(space.server.env)
+        """Environment additions for the server: the space's ``server.env``, and under a memory cap
+        ``MALLOC_ARENA_MAX`` (:data:`CAPPED_MALLOC_ARENAS`) unless the space sets it."""
+        env = dict(space.server.env)
+        if space.server.memory_cap is not None:
+            env.setdefault("MALLOC_ARENA_MAX", CAPPED_MALLOC_ARENAS)
+        return env
 
     def installed(self) -> tuple[list[str] | None, str]:
         """The executable's argv if the engine is installed here (None if not) and a line that
