@@ -21,6 +21,7 @@ adapter = engines.get("llamacpp")
         ("unknown_flag.log", "bad_flag", Category.BAD_FLAG, "invalid argument: --parralel"),
         ("quant_v_no_fa.log", "quantized_v_needs_flash_attn", Category.BAD_FLAG, "requires flash_attn"),
         ("port_in_use.log", "port_in_use", Category.PORT_IN_USE, "couldn't bind HTTP server socket"),
+        ("threads_at_cap.log", "threads_over_memory_cap", Category.OUT_OF_MEMORY, "Resource temporarily unavailable"),
     ],
 )
 def test_real_failure_logs_are_classified(log: str, signature: str, category: str, words: str) -> None:

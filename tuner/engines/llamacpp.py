@@ -58,6 +58,10 @@ SIGNATURES = (
         (r"error: invalid argument: ", r"error while handling argument", r"error: unknown value for "),
     ),
     Signature("port_in_use", Category.PORT_IN_USE, (r"couldn't bind HTTP server socket",)),
+    # std::thread's EAGAIN: the HTTP pool's threads (n_parallel + 4 at start, one more per connection
+    # past them) could not be made. Under a space's memory cap that is the cap: the model and KV
+    # cache fitted, 8 MiB more per thread's stack did not (a process or cgroup pid limit says the same).
+    Signature("threads_over_memory_cap", Category.OUT_OF_MEMORY, (r"what\(\):\s+Resource temporarily unavailable",)),
     Signature(
         "crash",
         Category.CRASH,
@@ -65,6 +69,7 @@ SIGNATURES = (
             r"GGML_ASSERT",
             r"Segmentation fault",
             r"terminate called after throwing",
+            r"^\s*what\(\):",  # the C++ exception's message, the line after
             r"exiting due to model loading error",
             r"failed to load model",
             r"exiting due to HTTP server error",
@@ -98,7 +103,7 @@ MEMORY = MemoryModel(
         number("batch-size", 2048),
         number("ubatch-size", 512),
     ),
-    monotone=frozenset({"kv_cache_oom", "out_of_memory"}),
+    monotone=frozenset({"kv_cache_oom", "out_of_memory", "threads_over_memory_cap"}),
     free=frozenset({"threads", "threads-batch", "metrics", "no-warmup", "temp"}),
     length="ctx-size",
 )
