@@ -157,7 +157,15 @@ def test_load_probe_on_real_llama_server(tmp_path: Path, llama_server: Path, smo
     # every prompt exactly as long as asked, by the server's own count, and none served from its cache
     assert level["prompt_tokens_exact"] == 1.0 and level["prompt_tokens_min"] == level["prompt_tokens_max"] == 48
     assert level["cache_hit_rate"] is not None and level["cache_hit_rate"] < 0.05
-    assert m["output_tok_s_ci@2"] > 0 and level["ttft_n"] == level["requests"]
+    # a CI from the window's batch means; none where every batch counted the same tokens (zero spread
+    # is no evidence), as in one slow suite run (ci14) where level 2's batches all counted the same
+    rates = level["batch_rates"]
+    assert level["batches"] == len(rates) >= 2
+    if len(set(rates)) > 1:
+        assert m["output_tok_s_ci@2"] > 0
+    else:
+        assert "output_tok_s_ci@2" not in m, rates
+    assert level["ttft_n"] == level["requests"]
     assert m["ttft_p50@2"] <= m["e2e_p50@2"]
     assert result.details["stop_reason"] == "completed"
 
