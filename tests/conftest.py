@@ -43,7 +43,7 @@ def _has_gpu() -> bool:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores (PYTEST_XDIST_AUTO_NUM_WORKERS overrides). A test
     here spends its time in windows of fixed length, sleeps and waits on servers and Ray at ~1 core:
-    on 2 cores, 2 workers ran README's test command in 490-591 s (4 runs), 3 in 391-489 s (10 runs;
+    on 2 cores, 2 workers ran README's test command in 490-591 s (4 runs), 3 in 391-567 s (12 runs;
     docs/test-suite.md)."""
     if (forced := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")).isdigit():
         return int(forced)
