@@ -39,17 +39,6 @@ def _has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 
 
-@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist does not know it
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker more than the cores (PYTEST_XDIST_AUTO_NUM_WORKERS overrides). A test
-    here spends its time in windows of fixed length, sleeps and waits on servers and Ray at ~1 core:
-    on 2 cores, 2 workers ran README's test command in 490-591 s (4 runs), 3 in 391-567 s (12 runs;
-    docs/test-suite.md)."""
-    if (forced := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")).isdigit():
-        return int(forced)
-    return len(os.sched_getaffinity(0)) + 1
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Under xdist: the longest first, as the last full run timed them (tests/durations.txt), then
     # the other integration tests; the quick ones fill the workers' tails. xdist hands them out one
