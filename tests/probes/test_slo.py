@@ -160,6 +160,8 @@ def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path
 
 
 @pytest.mark.integration
+@pytest.mark.quiet  # its re-measurement is only comparable to the probe's on a machine as busy as it was:
+# beside other tests, half the held rate broke the SLO (ci16) and twice the broken one held it (ci17)
 def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """Poisson arrivals: the probe brackets a request rate that holds the SLO; measured again, half
     of it holds and twice the rate that broke it breaks it (2 slots, one core). The server lives
