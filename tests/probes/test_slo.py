@@ -102,6 +102,7 @@ def test_errors_and_unmeasured_latencies_break_the_slo() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.quiet  # the same reason as the open-loop test below: at N the re-measurement broke the SLO (ci18)
 def test_the_answer_holds_the_slo_and_one_more_client_breaks_it_on_a_real_llama_server(
     tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
