@@ -142,8 +142,8 @@ class ServerProcess:
         assert self.proc is not None
         if self.proc.poll() is None:
             self._let_it_exit()  # it may be on its way out: give it a moment to write its last lines
-        elif self._reader is not None:
-            self._reader.join(2.0)  # the log's last lines
+        else:
+            self._drain()
         found = self.evidence(default_signature=signature)
         extra: dict[str, Any] = {"stopped_by_tuner": self.stopped_by_tuner}
         raised = raised_exception(list(enumerate(self.log_text().splitlines(), start=1)))
@@ -173,8 +173,7 @@ class ServerProcess:
                     self._let_it_exit()
                     raise StartupFailed(f"fatal log line: {self._fatal[1]}", evidence=self.evidence())
                 if self.proc.poll() is not None:
-                    if self._reader is not None:  # the log's last lines: the pipe may not be drained yet
-                        self._reader.join(2.0)  # (beside a busy suite, a port_in_use exit once had no lines)
+                    self._drain()  # beside a busy suite, a port_in_use exit was once reported with no lines
                     raise StartupFailed(f"server exited with {self.proc.returncode}", evidence=self.evidence())
                 left = deadline - time.monotonic()
                 client.timeout = httpx.Timeout(min(10.0, max(0.5, left)), connect=min(1.0, max(0.1, left)))
@@ -205,8 +204,14 @@ class ServerProcess:
             self.proc.wait(self.fatal_grace)
         except subprocess.TimeoutExpired:
             pass
-        if self._reader is not None and self.proc.poll() is not None:
-            self._reader.join(1.0)
+        if self.proc.poll() is not None:
+            self._drain(1.0)
+
+    def _drain(self, timeout: float = 2.0) -> None:
+        """Wait at most ``timeout`` for the log reader to write an ended server's last lines (the
+        pipe may still hold them when the exit is seen)."""
+        if self._reader is not None:
+            self._reader.join(timeout)
 
     def log_text(self) -> str:
         try:
@@ -255,8 +260,7 @@ class ServerProcess:
             self.stopped_by_tuner = True
         survivors = terminate_group(pgid, term_timeout=self.term_timeout, proc=self.proc)
         _reap(self.proc)
-        if self._reader is not None:
-            self._reader.join(2.0)
+        self._drain()
         if survivors:
             raise TeardownError(f"processes {survivors} of group {pgid} survived KILL", evidence=self.evidence())
         if self.ledger is not None:
