@@ -43,7 +43,7 @@ def test_pick_max_context_and_throughput(real_study) -> None:
     study, _, _ = real_study
     by_context = pick(study, "max-context")
     assert by_context.trial.params == {"ctx-size": 2048, "parallel": 1}
-    assert by_context.values[1] == 1024  # recall-verified (the ladder ends at 1024), not the configured 2048
+    assert by_context.values[1] == 512  # recall-verified (the ladder ends at 512), not the configured 2048
     assert pick(study, "trial:0").number == 0
     with pytest.raises(Exception, match="not a complete, feasible trial"):
         pick(study, "trial:2")
@@ -71,7 +71,7 @@ def test_export_formats_replay_what_ran(real_study) -> None:
         "Restart=on-failure",
         "KillMode=control-group",
         "TimeoutStopSec=",
-        "recall.effective_context: 1,024.0",
+        "recall.effective_context: 512.0",
         "--ctx-size 2048",
         "engine: llamacpp llama-cpp-python==",
     ):
@@ -98,7 +98,7 @@ def test_trials_table(real_study) -> None:
     frame = trials_frame(study)
     assert list(frame["state"]) == ["COMPLETE", "COMPLETE", "PRUNED"]
     assert frame.loc[2, "signature"] == "kv_cache_oom"
-    assert frame.loc[1, "recall.effective_context"] == 1024
+    assert frame.loc[1, "recall.effective_context"] == 512
 
 
 def test_hypervolume() -> None:
