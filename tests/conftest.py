@@ -39,7 +39,22 @@ def _has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist does not know it
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores (PYTEST_XDIST_AUTO_NUM_WORKERS overrides). Beside
+    the quiet tests' phase, two workers on 2 cores left 12 % of the cores idle (tests wait on
+    servers, Ray and sleeps; docs/test-suite.md, scripts/suite_timeline.py)."""
+    if (forced := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")).isdigit():
+        return int(forced)
+    return len(os.sched_getaffinity(0)) + 1
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The quiet tests run on one worker, in a row: one each on several workers left all but one of
+    # them waiting for the machine lock at the start instead of running the unit tests.
+    for item in items:
+        if item.get_closest_marker("quiet") is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("quiet"))
     # Under xdist: the longest first, as the last full run timed them (tests/durations.txt), then
     # the other integration tests; the quick ones fill the workers' tails. xdist hands them out one
     # at a time (--dist loadgroup in pyproject.toml: each test its own unit, a group one unit): the
@@ -82,7 +97,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Under xdist, a test marked ``quiet`` (it measures run-to-run noise) runs with no other
     integration test beside it: it holds this run's machine lock exclusively, the others hold it
-    shared, and none starts while a quiet one waits. Held around the whole protocol, so the
+    shared, and none starts while a quiet one waits or the next quiet one follows on its worker
+    (they run in a row on one, see pytest_collection_modifyitems). Held around the whole protocol, so the
     fixtures a test sets up first (the real study's tune, a Ray cluster) wait too. Beside two other
     workers' tests, "quiet" fresh-server runs spread 20-27 % (two CI runs): no run can then be
     told the odd one out."""
@@ -107,7 +123,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         try:
             yield
         finally:
-            if quiet:
+            # the next quiet test on this worker keeps it wanted: no other test starts in between
+            if quiet and (nextitem is None or nextitem.get_closest_marker("quiet") is None):
                 wanted.unlink(missing_ok=True)
             fcntl.flock(lock, fcntl.LOCK_UN)
 
