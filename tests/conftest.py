@@ -49,6 +49,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return len(os.sched_getaffinity(0)) + 1
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The quiet tests run on one worker, in a row: one each on several workers left all but one of
     # them waiting for the machine lock at the start instead of running the unit tests.
@@ -80,9 +81,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def longest_first(item: pytest.Item) -> tuple[bool, bool, float, str]:
         name = group(item)
         own = total[name] if name is not None else took(item)
-        # a quiet test first, the unit tests next: they run on the other workers while it holds
-        # the machine (see pytest_runtest_protocol), then the integration tests, longest first
-        return ("quiet" not in item.keywords, "integration" in item.keywords, -own, name or "")
+        # the quiet tests first, shortest first (the longest, the wheel's 2-thread trial, once the
+        # unit tests are done), the unit tests next: they run on the other workers while the quiet
+        # ones hold the machine (see pytest_runtest_protocol), then the integration tests, longest first
+        quiet = "quiet" in item.keywords
+        return (not quiet, "integration" in item.keywords, took(item) if quiet else -own, name or "")
 
     items.sort(key=longest_first)
     if _has_gpu():
@@ -95,11 +98,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Under xdist, a test marked ``quiet`` (it measures run-to-run noise) runs with no other
-    integration test beside it: it holds this run's machine lock exclusively, the others hold it
-    shared, and none starts while a quiet one waits or the next quiet one follows on its worker
-    (they run in a row on one, see pytest_collection_modifyitems). Held around the whole protocol, so the
-    fixtures a test sets up first (the real study's tune, a Ray cluster) wait too. Beside two other
+    """Under xdist, a test marked ``quiet`` (it measures run-to-run noise, or serves with threads
+    that wait for each other) runs with no other integration test beside it: it holds this run's
+    machine lock exclusively, the others hold it shared, and none starts while a quiet one waits
+    or the next quiet one follows on its worker (they run in a row on one, see
+    pytest_collection_modifyitems). Held around the whole protocol, so the fixtures a test sets
+    up first (the real study's tune, a Ray cluster) wait too. Beside two other
     workers' tests, "quiet" fresh-server runs spread 20-27 % (two CI runs): no run can then be
     told the odd one out."""
     quiet = item.get_closest_marker("quiet") is not None
