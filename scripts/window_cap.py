@@ -33,7 +33,9 @@ def with_cap(space: spaces.SearchSpace, cap: float) -> spaces.SearchSpace:
 
 
 def one(space: spaces.SearchSpace, params: dict[str, Any], folder: Path) -> dict[str, Any]:
-    partition = make_partitions(space.hardware.kind, space.hardware.devices, int(space.hardware.per_trial))[0]
+    per = space.hardware.per_trial
+    size = int(params[per]) if isinstance(per, str) else per  # a parameter's value (tp, threads) or a number
+    partition = make_partitions(space.hardware.kind, space.hardware.devices, size)[0]
     outcome = run_trial(space, params, folder, partition)
     metrics: dict[str, float] = {}
     for probe in outcome.probes:
