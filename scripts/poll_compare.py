@@ -14,16 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from window_cap import one
+from window_cap import interleaved
 
 from tuner import space as spaces
 from tuner.server import end_servers_on_sigterm
@@ -50,31 +48,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     end_servers_on_sigterm()  # `timeout` or a kill must not leave a server behind
     base, _ = spaces.load(args.space)
     params = dict(base.enqueue[0])
-    polls = [int(p) for p in args.polls.split(",")]
-    runs: dict[str, list[dict[str, Any]]] = {str(p): [] for p in polls}
+    variants = {str(int(p)): with_poll(base, int(p)) for p in args.polls.split(",")}
+
+    def save(runs: dict[str, list[dict[str, Any]]]) -> None:
+        if args.json:
+            args.json.write_text(json.dumps({"space": args.space, "beside": args.beside, "runs": runs}, indent=2) + "\n")
+
     stop = multiprocessing.Event()
     spinners = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(args.beside)]
     for s in spinners:
         s.start()
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for r in range(args.rounds):
-                for poll in polls if r % 2 == 0 else reversed(polls):
-                    before = os.times()
-                    row = one(with_poll(base, poll), params, Path(tmp) / f"{r}-{poll}")
-                    after = os.times()
-                    row["children_cpu_s"] = (
-                        after.children_user + after.children_system - before.children_user - before.children_system
-                    )
-                    runs[str(poll)].append(row)
-                    print(
-                        f"round {r + 1} poll {poll}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if v is not None),
-                        flush=True,
-                    )
-                    if args.json:
-                        args.json.write_text(
-                            json.dumps({"space": args.space, "beside": args.beside, "runs": runs}, indent=2) + "\n"
-                        )
+        runs = interleaved(variants, params, args.rounds, lambda key: f"poll {key}", save)
     finally:
         stop.set()
         for s in spinners:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,9 @@ def one(space: spaces.SearchSpace, params: dict[str, Any], folder: Path) -> dict
     per = space.hardware.per_trial
     size = int(params[per]) if isinstance(per, str) else per  # a parameter's value (tp, threads) or a number
     partition = make_partitions(space.hardware.kind, space.hardware.devices, size)[0]
+    before = os.times()
     outcome = run_trial(space, params, folder, partition)
+    after = os.times()
     metrics: dict[str, float] = {}
     for probe in outcome.probes:
         metrics.update({f"{probe.probe}.{k}": v for k, v in probe.metrics.items() if isinstance(v, (int, float))})
@@ -48,7 +52,32 @@ def one(space: spaces.SearchSpace, params: dict[str, Any], folder: Path) -> dict
         "window_s": metrics.get("load.window_s"),
         "effective_context": metrics.get("recall.effective_context"),
         "probe_s": outcome.timings.probe_s,
+        # the server's CPU: run_trial starts it as this process's child and reaps it
+        "children_cpu_s": after.children_user + after.children_system - before.children_user - before.children_system,
     }
+
+
+def interleaved(
+    variants: dict[str, spaces.SearchSpace],
+    params: dict[str, Any],
+    rounds: int,
+    name: Callable[[str], str],
+    save: Callable[[dict[str, list[dict[str, Any]]]], None],
+) -> dict[str, list[dict[str, Any]]]:
+    """``params`` as a whole trial on a fresh server per run, the variants in turn, their order
+    reversed every other round (A B, B A, ...); ``save`` gets the runs so far after each run."""
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for key in variants if r % 2 == 0 else reversed(variants):
+                row = one(variants[key], params, Path(tmp) / f"{r}-{key}")
+                runs[key].append(row)
+                print(
+                    f"round {r + 1} {name(key)}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if v is not None),
+                    flush=True,
+                )
+                save(runs)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -61,19 +90,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     end_servers_on_sigterm()  # `timeout` or a kill must not leave a server behind
     base, _ = spaces.load(args.space)
     params = dict(base.enqueue[0])
-    caps = [float(c) for c in args.caps.split(",")]
-    runs: dict[str, list[dict[str, Any]]] = {f"{c:g}": [] for c in caps}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for cap in caps if r % 2 == 0 else reversed(caps):
-                row = one(with_cap(base, cap), params, Path(tmp) / f"{r}-{cap:g}")
-                runs[f"{cap:g}"].append(row)
-                print(
-                    f"round {r + 1} cap {cap:g}s: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if v is not None),
-                    flush=True,
-                )
-                if args.json:
-                    args.json.write_text(json.dumps({"space": args.space, "params": params, "runs": runs}, indent=2) + "\n")
+    variants = {f"{float(c):g}": with_cap(base, float(c)) for c in args.caps.split(",")}
+
+    def save(runs: dict[str, list[dict[str, Any]]]) -> None:
+        if args.json:
+            args.json.write_text(json.dumps({"space": args.space, "params": params, "runs": runs}, indent=2) + "\n")
+
+    runs = interleaved(variants, params, args.rounds, lambda key: f"cap {key}s", save)
     summarize(runs)
     return runs
 
