@@ -54,19 +54,19 @@ def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
 
 
 def _busy_cores() -> None:
-    def read() -> tuple[int, int]:
+    def read() -> list[tuple[int, int]]:  # the machine's (total, idle + iowait) ticks, then each core's
         with open("/proc/stat") as stat:
-            fields = [int(x) for x in stat.readline().split()[1:]]
-        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+            rows = [line.split() for line in stat if line.startswith("cpu")]
+        return [(sum(map(int, row[1:])), int(row[4]) + int(row[5])) for row in rows]
 
     ticks = os.sysconf("SC_CLK_TCK")
-    total, idle = read()
+    last = read()
     while True:
         time.sleep(1.0)
-        now_total, now_idle = read()
-        busy = ((now_total - total) - (now_idle - idle)) / ticks
-        total, idle = now_total, now_idle
-        _write({"machine": time.time(), "busy_cores": round(busy, 3)})
+        now = read()
+        busy = [((t - t0) - (i - i0)) / ticks for (t, i), (t0, i0) in zip(now, last, strict=False)]
+        last = now
+        _write({"machine": time.time(), "busy_cores": round(busy[0], 3), "per_core": [round(b, 3) for b in busy[1:]]})
 
 
 def pytest_configure(config: object) -> None:
@@ -90,6 +90,12 @@ def report(path: str) -> None:
         by_worker[r["worker"]] = by_worker.get(r["worker"], 0.0) + r["end"] - r["start"]
     for worker, seconds in sorted(by_worker.items()):
         print(f"# {worker}: {seconds:.0f} s in tests, {t1 - t0 - seconds:.0f} s between or after them")
+    per_core = [m["per_core"] for m in machine if t0 <= m["machine"] <= t1 and "per_core" in m]
+    if per_core:  # each core's busy seconds per 20 s of the run: where a core sat idle
+        print("# each core's busy seconds per 20 s: " + "  ".join(f"cpu{i}" for i in range(len(per_core[0]))))
+        for first in range(0, len(per_core), 20):
+            chunk = per_core[first : first + 20]
+            print(f"#   {first:4d}-{first + len(chunk):4d} s: " + "  ".join(f"{sum(c):4.1f}" for c in zip(*chunk, strict=True)))
     print("#  wall   cpu(self+children)  start  worker  test")
     for r in sorted(tests, key=lambda r: r["end"] - r["start"], reverse=True)[:60]:
         cpu = r["cpu_self"] + r["cpu_children"]
