@@ -78,14 +78,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (name := group(item)) is not None:
             total[name] = total.get(name, 0.0) + took(item)
 
-    def longest_first(item: pytest.Item) -> tuple[bool, bool, float, str]:
+    def longest_first(item: pytest.Item) -> tuple[bool, bool, bool, float, str]:
         name = group(item)
         own = total[name] if name is not None else took(item)
         # the quiet tests first, shortest first (the longest, the wheel's 2-thread trial, once the
         # unit tests are done), the unit tests next: they run on the other workers while the quiet
-        # ones hold the machine (see pytest_runtest_protocol), then the integration tests, longest first
+        # ones hold the machine (see pytest_runtest_protocol), then the one_core tests, which run
+        # beside the single-core quiet ones, then the other integration tests; longest first
         quiet = "quiet" in item.keywords
-        return (not quiet, "integration" in item.keywords, took(item) if quiet else -own, name or "")
+        beside = "one_core" in item.keywords
+        return (not quiet, "integration" in item.keywords, not beside, took(item) if quiet else -own, name or "")
 
     items.sort(key=longest_first)
     if _has_gpu():
@@ -105,32 +107,75 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     pytest_collection_modifyitems). Held around the whole protocol, so the fixtures a test sets
     up first (the real study's tune, a Ray cluster) wait too. Beside two other
     workers' tests, "quiet" fresh-server runs spread 20-27 % (two CI runs): no run can then be
-    told the odd one out."""
-    quiet = item.get_closest_marker("quiet") is not None
+    told the odd one out.
+
+    A ``quiet(one_core=True)`` test serves on its worker's core only (worker_core()); beside it,
+    one ``one_core`` test at a time runs pinned to the other cores (its worker's affinity, which
+    its server and threads inherit), so that it never takes the quiet test's core. Those single-
+    thread quiet tests left one of two cores idle for ~80 s (docs/test-suite.md)."""
+    quiet = item.get_closest_marker("quiet")
     run = getattr(item.config, "workerinput", {}).get("testrunuid")
     if run is None or not (quiet or "integration" in item.keywords):
         yield
         return
     import fcntl
-    import time
 
     shared = run_folder(item.config._tmp_path_factory)  # type: ignore[attr-defined]
     wanted = shared / "quiet-wanted"
-    with open(shared / "machine.lock", "a") as lock:
+    with open(shared / "machine.lock", "a") as lock, open(shared / "spare.lock", "a") as spare:
         if quiet:
-            wanted.touch()
+            one_core = bool(quiet.kwargs.get("one_core"))
+            # what it leaves: the cores other than its own for one one_core test, or none
+            wanted.write_text(str(worker_core()) if one_core else "")
             fcntl.flock(lock, fcntl.LOCK_EX)  # once the tests already running have ended
-        else:
-            while _age(wanted) < 900:  # one left by a worker that died is not waited for
-                time.sleep(0.2)
-            fcntl.flock(lock, fcntl.LOCK_SH)
+            if not one_core:
+                fcntl.flock(spare, fcntl.LOCK_EX)  # the one_core test beside the last quiet one too
+            try:
+                yield
+            finally:
+                # the next quiet test on this worker keeps it wanted: no other test starts in between
+                if nextitem is None or nextitem.get_closest_marker("quiet") is None:
+                    wanted.unlink(missing_ok=True)
+                fcntl.flock(spare, fcntl.LOCK_UN)
+                fcntl.flock(lock, fcntl.LOCK_UN)
+            return
+        if item.get_closest_marker("one_core") is not None and _spare_cores(wanted):
+            fcntl.flock(spare, fcntl.LOCK_EX)
+            if cores := _spare_cores(wanted):  # still: a quiet test that takes the machine may have come
+                before = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, cores)
+                try:
+                    yield
+                finally:
+                    os.sched_setaffinity(0, before)
+                    fcntl.flock(spare, fcntl.LOCK_UN)
+                return
+            fcntl.flock(spare, fcntl.LOCK_UN)
+        _wait_while_quiet_wanted(wanted)
+        fcntl.flock(lock, fcntl.LOCK_SH)
         try:
             yield
         finally:
-            # the next quiet test on this worker keeps it wanted: no other test starts in between
-            if quiet and (nextitem is None or nextitem.get_closest_marker("quiet") is None):
-                wanted.unlink(missing_ok=True)
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _spare_cores(wanted: Path) -> set[int]:
+    """The cores a quiet test that wants the machine leaves to one ``one_core`` test beside it:
+    all but the one it names in ``wanted``; none when it names none or no quiet test wants it."""
+    try:
+        named = wanted.read_text().strip()
+    except FileNotFoundError:
+        return set()
+    if _age(wanted) >= 900 or not named.isdigit():
+        return set()
+    return set(os.sched_getaffinity(0)) - {int(named)}
+
+
+def _wait_while_quiet_wanted(wanted: Path) -> None:
+    import time
+
+    while _age(wanted) < 900:  # one left by a worker that died is not waited for
+        time.sleep(0.2)
 
 
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -55,6 +55,7 @@ def _tune(tmp_path: Path, raw: dict, name: str, trials: int, enqueue: list[dict]
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_real_mini_tune_prunes_a_real_oom_and_keeps_evidence(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     raw = tiny_space()
     raw["parameters"] = {
@@ -112,6 +113,7 @@ def test_real_mini_tune_prunes_a_real_oom_and_keeps_evidence(tmp_path: Path, lla
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_rerun_resumes_and_a_changed_space_is_refused(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     raw = tiny_space()
     study, _, _ = _tune(tmp_path, raw, "resume", 1, [])
@@ -126,6 +128,7 @@ def test_rerun_resumes_and_a_changed_space_is_refused(tmp_path: Path, llama_serv
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_a_seeded_study_resumed_continues_the_search_instead_of_replaying_it(
     tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
@@ -169,6 +172,7 @@ def test_grade_of_a_failed_start() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_screen_skips_a_config_that_already_failed_for_real(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     from tuner.screen import screen_for
 
@@ -192,6 +196,7 @@ def test_screen_skips_a_config_that_already_failed_for_real(tmp_path: Path, llam
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_a_repeated_proposal_is_not_launched_again(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     raw = tiny_space()
     raw["parameters"]["ctx-size"]["choices"] = [2048, 4096]

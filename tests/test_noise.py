@@ -144,7 +144,7 @@ class _Neighbour(threading.Thread):
 
 
 @pytest.mark.integration
-@pytest.mark.quiet  # the quiet runs must be quiet: no other integration test beside them
+@pytest.mark.quiet(one_core=True)  # the quiet runs must be quiet: no other integration test beside them
 def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_stays_quiet(
     tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:

@@ -19,7 +19,7 @@ from tuner.exceptions import StartupFailed, StartupTimeout
 from tuner.partitions import free_port
 from tuner.server import ServerProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_core]  # each a 1-thread server on worker_core()
 adapter = engines.get("llamacpp")
 FAULT = Path(__file__).resolve().parent / "fault" / "hang_server.py"
 

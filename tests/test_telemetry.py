@@ -94,6 +94,7 @@ def test_no_rapl_is_said_not_guessed(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_a_real_trial_records_what_this_machine_measures(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     from tuner.trial import run_trial
 

@@ -25,7 +25,7 @@ from tuner.partitions import make_partitions
 from tuner.space import validate
 from tuner.trial import run_trial
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_core]  # each a 1-thread server on worker_core()
 
 
 def _kill_when_probed(ledger: Ledger, log_dir: Path, after_s: float) -> threading.Thread:

@@ -142,6 +142,7 @@ def test_metric_names_cover_levels_and_target() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_load_probe_on_real_llama_server(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
@@ -171,6 +172,7 @@ def test_load_probe_on_real_llama_server(tmp_path: Path, llama_server: Path, smo
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_capacity_from_log_props_and_slots_agree(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     from tuner.probes.capacity import read_capacity
 
@@ -273,6 +275,7 @@ def test_a_client_still_running_after_the_grace_is_reported(caplog: pytest.LogCa
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_a_lost_cancel_does_not_keep_the_level_running(
     tmp_path: Path, llama_server: Path, smollm2: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

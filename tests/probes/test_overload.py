@@ -50,6 +50,7 @@ def test_a_500_mid_stream_is_an_error_not_a_latency(fault_server: str) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_llama_server_queues_a_burst_without_bound(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()

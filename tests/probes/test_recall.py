@@ -14,6 +14,7 @@ from tuner.space import RecallProbeSpec
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_recall_passes_within_context_and_stops_beyond_it(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 1536, "parallel": 1}) as server:
         server.wait_ready()
@@ -42,6 +43,7 @@ def test_the_auto_ladder_climbs_to_the_configured_context() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_auto_ladder_verifies_the_configured_context_with_distractors(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 768, "parallel": 1}) as server:
         server.wait_ready()

@@ -15,6 +15,7 @@ from tuner.space.schema import ServedContextProbeSpec
 
 
 @pytest.mark.integration
+@pytest.mark.one_core
 def test_full_context_at_concurrency_is_served_and_a_larger_claim_fails(
     tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
