@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
-import pandas as pd
 
 from tuner.trials import TrialRecord, read_trials
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["format_param", "launched", "summary_rows", "trials_frame", "write_trials_csv"]
 
@@ -27,6 +29,8 @@ def launched(t: TrialRecord | optuna.trial.FrozenTrial) -> datetime | None:
 def trials_frame(study: optuna.Study, *, every_metric: bool = False) -> pd.DataFrame:
     """One row per trial; ``every_metric``: also every metric a trial stored (per level, latency
     percentiles, telemetry), its timings and start/end datetimes (``tune trials``)."""
+    import pandas as pd  # here, not at the top: every `tune` command imports this module, few need pandas (~1 CPU-s)
+
     rows = [_row(study, t, every_metric) for t in read_trials(study)]
     return pd.DataFrame(rows)
 
