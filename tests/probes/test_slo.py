@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import handle, llama_server_process
 from tuner.probes import LoadProbe, SloProbe
 from tuner.probes.slo import search, search_rate
+from tuner.records import ProbeResult
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.2)
@@ -112,9 +113,12 @@ def test_the_answer_holds_the_slo_and_one_more_client_breaks_it_on_a_real_llama_
     load = LoadProbeSpec(concurrency=[1], prompt_tokens=32, output_tokens=64, duration=3, max_duration=4, warmup=1)
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
-        targets = SloTargets(ttft_p99=CLOSED_LOOP_SLO * _solo_ttft(server, load), error_rate=0.0)
+        solo = _solo(server, load)
+        targets = SloTargets(ttft_p99=CLOSED_LOOP_SLO * _ttft_p50(solo), error_rate=0.0)
         spec = SloProbeSpec(start=1, max_levels=6, targets=targets)
-        result = SloProbe(spec, load=load).run(handle(server))
+        probe = SloProbe(spec, load=load)
+        probe.see([solo])  # the solo level is the load probe's, as in a trial: not run again
+        result = probe.run(handle(server))
         n = int(result.metrics["concurrency"])
         again = LoadProbe(load.model_copy(update={"concurrency": [n, n + 1]})).run(handle(server))
     levels = result.details["levels"]
@@ -127,10 +131,14 @@ def test_the_answer_holds_the_slo_and_one_more_client_breaks_it_on_a_real_llama_
     assert targets.violated(above), above
 
 
-def _solo_ttft(server: Any, load: LoadProbeSpec) -> float:
-    """The median TTFT of one client alone on ``server`` (one level of the load probe)."""
-    level = LoadProbe(load.model_copy(update={"concurrency": [1]})).run(handle(server)).details["levels"]["1"]
-    return float(level["ttft_p50"])
+def _solo(server: Any, load: LoadProbeSpec) -> ProbeResult:
+    """One client alone on ``server``: the load probe's level 1."""
+    return LoadProbe(load.model_copy(update={"concurrency": [1]})).run(handle(server))
+
+
+def _ttft_p50(solo: ProbeResult) -> float:
+    """The median TTFT of one client alone (the real-server tests' SLO scales with it)."""
+    return float(solo.details["levels"]["1"]["ttft_p50"])
 
 
 def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path: Path) -> None:
@@ -171,7 +179,7 @@ def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_serve
     load = LoadProbeSpec(concurrency=[1], prompt_tokens=48, output_tokens=24, duration=3, max_duration=4, warmup=2)
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
-        targets = SloTargets(ttft_p99=OPEN_LOOP_SLO * _solo_ttft(server, load), error_rate=0.0)
+        targets = SloTargets(ttft_p99=OPEN_LOOP_SLO * _ttft_p50(_solo(server, load)), error_rate=0.0)
         spec = SloProbeSpec(mode="rate", start_rate=1.0, max_levels=4, resolution=0.25, targets=targets)
         result = SloProbe(spec, load=load).run(handle(server))
         held, broke = result.metrics["rate"], result.metrics["rate_violated"]
