@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import optuna
+from typing import TYPE_CHECKING, Any
 
 from tuner.space._constraints import Constraint, parse_constraint
 from tuner.space.schema import CategoricalParam, FloatParam, IntParam, SearchSpace
+
+if TYPE_CHECKING:  # a type only: Ray workers and `tune` commands that import the space need no optuna
+    import optuna
 
 __all__ = ["suggest", "violated_constraints"]
 
