@@ -142,12 +142,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         if item.get_closest_marker("one_core") is not None and _spare_cores(wanted):
             fcntl.flock(spare, fcntl.LOCK_EX)
             if cores := _spare_cores(wanted):  # still: a quiet test that takes the machine may have come
-                before = os.sched_getaffinity(0)
-                os.sched_setaffinity(0, cores)
+                from tuner.trial import pinned  # the load client's own pinning: set, then restored
+
                 try:
-                    yield
+                    with pinned(tuple(sorted(cores))):
+                        yield
                 finally:
-                    os.sched_setaffinity(0, before)
                     fcntl.flock(spare, fcntl.LOCK_UN)
                 return
             fcntl.flock(spare, fcntl.LOCK_UN)
