@@ -31,12 +31,24 @@ class Tokenizer:
         self.headers = headers  # the API key, where the server requires one
 
     async def count(self, text: str) -> int:
+        data = await self._tokenize(text)
+        return int(data["count"]) if "count" in data else len(data["tokens"])
+
+    async def ids(self, text: str) -> tuple[int, ...] | None:
+        """The server's token ids for ``text``; None where its ``/tokenize`` answers with a count only."""
+        tokens = (await self._tokenize(text)).get("tokens")
+        if not isinstance(tokens, list):
+            return None
+        # llama.cpp answers {"id", "piece"} objects when asked for pieces; plain ids otherwise
+        return tuple(int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens)
+
+    async def _tokenize(self, text: str) -> dict:
         reply = await self.client.post(
             f"{self.base_url}/tokenize", json={"content": text, "prompt": text, "model": self.model}, headers=self.headers
         )
         reply.raise_for_status()
-        data = reply.json()
-        return int(data["count"]) if "count" in data else len(data["tokens"])
+        data: dict = reply.json()
+        return data
 
     async def fit(self, build: Callable[[int], str], target: int, low: int = 1, high: int | None = None) -> tuple[str, int]:
         """The longest ``build(n)`` (``n`` words) whose token count is <= ``target``.
