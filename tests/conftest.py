@@ -109,10 +109,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     workers' tests, "quiet" fresh-server runs spread 20-27 % (two CI runs): no run can then be
     told the odd one out.
 
-    A ``quiet(one_core=True)`` test serves on its worker's core only (worker_core()); beside it,
-    one ``one_core`` test at a time runs pinned to the other cores (its worker's affinity, which
-    its server and threads inherit), so that it never takes the quiet test's core. Those single-
-    thread quiet tests left one of two cores idle for ~80 s (docs/test-suite.md)."""
+    A ``quiet(one_core=True)`` test runs pinned to its worker's core (worker_core()), with its
+    servers and load client; beside it, one ``one_core`` test at a time runs pinned to the other
+    cores (its worker's affinity, which its server and threads inherit), so that neither takes
+    the other's core. Those single-thread quiet tests left one of two cores idle for ~80 s
+    (docs/test-suite.md)."""
     quiet = item.get_closest_marker("quiet")
     run = getattr(item.config, "workerinput", {}).get("testrunuid")
     if run is None or not (quiet or "integration" in item.keywords):
@@ -131,8 +132,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             fcntl.flock(lock, fcntl.LOCK_EX)  # once the tests already running have ended
             if not one_core:
                 fcntl.flock(spare, fcntl.LOCK_EX)  # the one_core test beside the last quiet one too
+            from tuner.trial import pinned
+
             try:
-                yield
+                # on its core, with the servers it starts and its load client (they inherit this
+                # worker's affinity): unpinned, the SLO tests' servers and clients could float onto
+                # the core of the one_core test beside them
+                with pinned((worker_core(),) if one_core else ()):
+                    yield
             finally:
                 # the next quiet test on this worker keeps it wanted: no other test starts in between
                 if nextitem is None or nextitem.get_closest_marker("quiet") is None:
