@@ -173,7 +173,8 @@ def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path
 # was: beside other tests, half the held rate broke the SLO (ci16) and twice the broken one held it (ci17); beside
 # one_core tests on the other core, its server and client unpinned, half the held rate broke it again (ci32). Pinned
 # to its core with them (tests/conftest.py), beside one_core tests starting servers on the other: 6 of 6 passed, as
-# did the closed-loop test (scripts/slo_beside.sh 6, docs/test-suite.md)
+# did the closed-loop test (scripts/slo_beside.sh 6), and unpinned 4 of 4: it now follows the noise test, so that the
+# unpinned unit tests are done before it starts (docs/test-suite.md)
 def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """Poisson arrivals: the probe brackets a request rate that holds the SLO; measured again, half
     of it holds and twice the rate that broke it breaks it (2 slots, one core). The server lives
