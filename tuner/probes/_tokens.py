@@ -35,12 +35,11 @@ class Tokenizer:
         return int(data["count"]) if "count" in data else len(data["tokens"])
 
     async def ids(self, text: str) -> tuple[int, ...] | None:
-        """The server's token ids for ``text``; None where its ``/tokenize`` answers with a count only."""
+        """The server's token ids for ``text``; None where its ``/tokenize`` answers with no plain ids."""
         tokens = (await self._tokenize(text)).get("tokens")
-        if not isinstance(tokens, list):
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             return None
-        # llama.cpp answers {"id", "piece"} objects when asked for pieces; plain ids otherwise
-        return tuple(int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens)
+        return tuple(tokens)
 
     async def _tokenize(self, text: str) -> dict:
         reply = await self.client.post(
