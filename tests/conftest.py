@@ -125,6 +125,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     import fcntl
     import time
 
+    from tuner.trial import pinned  # the load client's own pinning: set, then restored
+
     shared = run_folder(item.config._tmp_path_factory)  # type: ignore[attr-defined]
     wanted = shared / "quiet-wanted"
     with open(shared / "machine.lock", "a") as lock, open(shared / "spare.lock", "a") as spare:
@@ -135,8 +137,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             fcntl.flock(lock, fcntl.LOCK_EX)  # once the tests already running have ended
             if not one_core:
                 fcntl.flock(spare, fcntl.LOCK_EX)  # the one_core test beside the last quiet one too
-            from tuner.trial import pinned
-
             try:
                 # on its core, with the servers it starts and its load client (they inherit this
                 # worker's affinity): unpinned, the SLO tests' servers and clients could float onto
@@ -158,8 +158,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             if beside and _spare_cores(wanted):
                 fcntl.flock(spare, fcntl.LOCK_EX)
                 if cores := _spare_cores(wanted):  # still: a quiet test that takes the machine may have come
-                    from tuner.trial import pinned  # the load client's own pinning: set, then restored
-
                     try:
                         with pinned(tuple(sorted(cores))):
                             yield

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ class _Words:
     """A tokenizer with a word's ids given: words in ``split`` cost two tokens, the others one;
     ``with_ids=False`` answers counts only, as a server whose /tokenize has no ids would."""
 
-    def __init__(self, split: set[str] = frozenset(), *, offset: int = 0, with_ids: bool = True) -> None:
+    def __init__(self, split: Collection[str] = (), *, offset: int = 0, with_ids: bool = True) -> None:
         self.model = "m"
         self.split, self.offset, self.with_ids = split, offset, with_ids
         self.requests = 0
