@@ -78,19 +78,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (name := group(item)) is not None:
             total[name] = total.get(name, 0.0) + took(item)
 
-    def longest_first(item: pytest.Item) -> tuple[bool, bool, bool, bool, float, str]:
+    def longest_first(item: pytest.Item) -> tuple[bool, bool, bool, float, str]:
         name = group(item)
         own = total[name] if name is not None else took(item)
         # the quiet tests first, shortest first (the longest, the wheel's 2-thread trial, once the
         # unit tests are done), the unit tests next: they run on the other workers while the quiet
         # ones hold the machine (see pytest_runtest_protocol), then the one_core tests, which run
         # beside the single-core quiet ones, then the other integration tests; longest first
-        # (one that holds with the unpinned unit tests beside it, first of all, while they run:
-        # the others then have only pinned one_core tests beside them)
-        quiet = item.get_closest_marker("quiet")
-        first = bool(quiet and quiet.kwargs.get("beside_unit_tests"))
+        quiet = "quiet" in item.keywords
         beside = "one_core" in item.keywords
-        return (not quiet, not first, "integration" in item.keywords, not beside, took(item) if quiet else -own, name or "")
+        return (not quiet, "integration" in item.keywords, not beside, took(item) if quiet else -own, name or "")
 
     items.sort(key=longest_first)
     if _has_gpu():

@@ -144,9 +144,7 @@ class _Neighbour(threading.Thread):
 
 
 @pytest.mark.integration
-# the quiet runs must be quiet: no other integration test beside them; its check (one run far outside the
-# others' robust spread) held with the unit tests beside it in every run from ci4 on: it goes first, beside them
-@pytest.mark.quiet(one_core=True, beside_unit_tests=True)
+@pytest.mark.quiet(one_core=True)  # the quiet runs must be quiet: no other integration test beside them
 def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_stays_quiet(
     tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
