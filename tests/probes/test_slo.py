@@ -103,7 +103,7 @@ def test_errors_and_unmeasured_latencies_break_the_slo() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.quiet(one_core=True)  # the same reason as the open-loop test below: at N the re-measurement broke the SLO (ci18)
+@pytest.mark.quiet  # the same reason as the open-loop test below: at N the re-measurement broke the SLO (ci18)
 def test_the_answer_holds_the_slo_and_one_more_client_breaks_it_on_a_real_llama_server(
     tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
@@ -169,12 +169,10 @@ def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path
 
 
 @pytest.mark.integration
-@pytest.mark.quiet(one_core=True)  # its re-measurement is only comparable to the probe's on a core as busy as it
-# was: beside other tests, half the held rate broke the SLO (ci16) and twice the broken one held it (ci17); beside
-# one_core tests on the other core, its server and client unpinned, half the held rate broke it again (ci32). Pinned
-# to its core with them (tests/conftest.py), beside one_core tests starting servers on the other: 6 of 6 passed, as
-# did the closed-loop test (scripts/slo_beside.sh 6), and unpinned 4 of 4: it now follows the noise test, so that the
-# unpinned unit tests are done before it starts (docs/test-suite.md)
+@pytest.mark.quiet  # its re-measurement is only comparable to the probe's on a machine as busy as it was:
+# beside other tests, half the held rate broke the SLO (ci16) and twice the broken one held it (ci17); beside
+# one_core tests on the other core, half the held rate broke it (ci32, unpinned) and, pinned to its core with its
+# server and client, twice the broken rate held it (ci39, after the noise test): on the whole machine again
 def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """Poisson arrivals: the probe brackets a request rate that holds the SLO; measured again, half
     of it holds and twice the rate that broke it breaks it (2 slots, one core). The server lives
