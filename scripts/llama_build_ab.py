@@ -12,7 +12,6 @@ build (mean, min-max over the rounds) and their ratios B / A.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space
-from tuner import engines
+from tuner import engines, procfs
 from tuner.engines import llamacpp_provision as provision
 from tuner.partitions import free_port
 from tuner.server import ServerProcess, end_servers_on_sigterm
@@ -35,8 +34,9 @@ WORDS = "river stone cloud paper garden window silver forest candle market bridg
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    found = procfs.stat(pid)
+    assert found is not None, f"server {pid} is gone"
+    return found.cpu_seconds
 
 
 def _prompt(i: int, words: int) -> str:

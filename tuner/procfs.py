@@ -18,10 +18,15 @@ class ProcStat:
     pgrp: int
     session: int
     start_ticks: int
+    cpu_ticks: int  # user + system, in clock ticks
 
     @property
     def zombie(self) -> bool:
         return self.state == "Z"
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.cpu_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def stat(pid: int) -> ProcStat | None:
@@ -32,7 +37,9 @@ def stat(pid: int) -> ProcStat | None:
     except OSError:
         return None
     fields = text[text.rindex(")") + 2 :].split()
-    return ProcStat(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    return ProcStat(
+        pid, fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), int(fields[11]) + int(fields[12])
+    )
 
 
 def processes() -> Iterator[ProcStat]:
