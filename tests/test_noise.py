@@ -46,6 +46,9 @@ def test_half_width_of_one_run_combines_the_probe_ci_with_the_floor() -> None:
     assert hw[0] == pytest.approx(math.hypot(3.0, 1.959964 * 5.0)) and hw[1] == 0.0
     several = half_width((100.0, 2048.0), [[95.0, 2048.0], [105.0, 2048.0]], floor, [True, False])
     assert several[0] == pytest.approx(2.571 * max(statistics.stdev([95, 105]), 5.0) / math.sqrt(2))  # t(1 + 4)
+    # runs that agree by chance are no surer than each run's own CI: its SD is the floor under theirs
+    agreeing = half_width((100.0, 2048.0), [[100.0, 2048.0], [100.0, 2048.0]], floor, [True, False], within={0: 19.6})
+    assert agreeing[0] == pytest.approx(2.571 * 10.0 / math.sqrt(2), rel=1e-4)
 
 
 def test_differs_only_beyond_the_combined_half_widths() -> None:
@@ -144,7 +147,7 @@ class _Neighbour(threading.Thread):
 
 
 @pytest.mark.integration
-@pytest.mark.quiet(one_core=True)  # the quiet runs must be quiet: no other integration test beside them
+@pytest.mark.quiet(one_core=True, settled=True)  # the quiet runs must be quiet: no other integration test beside them
 def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_stays_quiet(
     tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:

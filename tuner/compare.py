@@ -1,12 +1,15 @@
 """Compare the picks of several studies on equal terms: each study's chosen config on fresh
 servers, interleaved round by round (host drift hits all alike), in one run, with the noise floor
 those runs and the studies' own repeats give. Two runs of a tune that explored different configs
-can then say whether their winners differ or tie. Nothing is written to the studies."""
+can then say whether their winners differ or tie. A pick's run far outside its others (a disturbed
+measurement, :func:`~tuner.noise.set_aside`) is left out of its mean and the floor, as the
+re-validation and the pick leave it out. Nothing is written to the studies."""
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -15,7 +18,7 @@ import optuna
 from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigError
 from tuner.executors import Executor
-from tuner.noise import NoiseFloor, differs, half_width, is_noisy, noise_floor
+from tuner.noise import NoiseFloor, Outlier, differs, half_width, is_noisy, kept, noise_floor, set_aside
 from tuner.objectives import ObjectiveSet
 from tuner.pick import Candidate, objective_metrics, pick, repeated_runs
 from tuner.space import SearchSpace
@@ -26,7 +29,8 @@ __all__ = ["Compared", "compare"]
 
 @dataclass(frozen=True)
 class Compared:
-    """One study's pick, re-measured: its runs' objective values, mean and 95 % half-width."""
+    """One study's pick, re-measured: its runs' objective values, and the mean and 95 % half-width
+    of those it counts (all but ``aside``, the run set aside as disturbed, if any)."""
 
     study: str
     candidate: Candidate
@@ -34,6 +38,7 @@ class Compared:
     failures: tuple[str, ...]
     mean: tuple[float, ...]
     half_width: tuple[float, ...]
+    aside: Outlier | None = None
 
 
 def compare(
@@ -58,15 +63,26 @@ def compare(
     items = [(f"{name}-trial{c.number}", dict(c.trial.params)) for name, c in picks.items()]
     state = remeasure(space, objective, run_dir, executor, items, repeats=repeats, on_run=on_run)
     noisy = [is_noisy(m) for m in names]
-    repeated = [state[label].values for label, _ in items] + [runs for study in studies.values() for runs in repeated_runs(study)]
+    repeated: list[Sequence[Sequence[float]]] = [kept(state[label].values) for label, _ in items]
+    repeated += [runs for study in studies.values() for runs in repeated_runs(study)]
     floor = noise_floor(repeated, noisy)
     results = []
     for (label, _), (name, cand) in zip(items, picks.items(), strict=True):
         runs = tuple(state[label].values)
-        mean = tuple(statistics.fmean(col) for col in zip(*runs, strict=True)) if runs else ()
-        hw = half_width(mean, runs, floor, noisy) if runs else ()
-        results.append(Compared(name, cand, runs, tuple(state[label].failures), mean, hw))
+        aside = set_aside(runs)
+        counted = [i for i in range(len(runs)) if aside is None or i != aside.index]
+        mean = tuple(statistics.fmean(runs[i][j] for i in counted) for j in range(len(names))) if runs else ()
+        within = _within([state[label].within[i] for i in counted])
+        hw = half_width(mean, [runs[i] for i in counted], floor, noisy, within) if runs else ()
+        results.append(Compared(name, cand, runs, tuple(state[label].failures), mean, hw, aside))
     return results, floor, _verdicts(results, names[0])
+
+
+def _within(cis: list[dict[int, float]]) -> dict[int, float]:
+    """The runs' probe CIs per objective, as one: their root mean square (a run without one, all its
+    sub-windows alike, counts as 0)."""
+    given = {j for ci in cis for j in ci}
+    return {j: math.sqrt(statistics.fmean(ci.get(j, 0.0) ** 2 for ci in cis)) for j in given}
 
 
 def _verdicts(results: list[Compared], metric: str) -> list[str]:

@@ -119,7 +119,13 @@ def half_width(
     """95 % half-width per objective of a config measured ``len(runs)`` times (mean ``values``).
 
     One run: the probe's own CI (``within``: objective index -> half-width) combined with the
-    floor. Several runs: Student-t over the runs, the SD never below the floor."""
+    floor. Several runs: Student-t over the runs, the SD never below the floor nor below the SD
+    the probe's own CI implies (``within`` / 1.96: a fresh server's figure varies at least as much
+    as one window measures it to). Two or three runs can agree by chance where the load comes in
+    whole requests: the tests' tiny space streams 40.0 tok/s in most 0.4 s sub-windows and 30.0 in
+    some, so a run's figure is 40.0 or 36.0 or so; `tune compare --repeats 2` of one config against
+    itself said "b's pick beats a's by +7.6 %" from 36.0, 36.0 against 39.0, 38.5, a spread the
+    runs' own CIs (+- 6.8 for a run of 36.0) would not have allowed."""
     within = within or {}
     k = max(1, len(runs))
     result = []
@@ -131,7 +137,7 @@ def half_width(
         if k == 1:
             result.append(math.hypot(within.get(j, 0.0), Z95 * floor_sd))
             continue
-        sd = max(statistics.stdev(r[j] for r in runs), floor_sd)
+        sd = max(statistics.stdev(r[j] for r in runs), floor_sd, within.get(j, 0.0) / Z95)
         dof = k - 1 + (floor.dof if floor.known else 0)
         result.append(t975(dof) * sd / math.sqrt(k))
     return tuple(result)

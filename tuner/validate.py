@@ -92,6 +92,7 @@ class _Item:
     values: list[tuple[float, ...]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     metrics: list[dict[str, float]] = field(default_factory=list)  # RUN_METRICS of each run in ``values``
+    within: list[dict[int, float]] = field(default_factory=list)  # each run's probe CI per objective index, where given
 
 
 # what a re-run keeps beside its objective values: the figures tuner.gain compares pick and baseline on
@@ -166,7 +167,9 @@ def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet, 
         item.failures.append(text)
         return f"failed: {text}"
     item.values.append(values)
-    item.metrics.append(run_metrics(outcome.metrics()))
+    metrics = outcome.metrics()
+    item.metrics.append(run_metrics(metrics))
+    item.within.append({j: float(metrics[f"{m}_ci"]) for j, m in enumerate(objective.metric_names) if f"{m}_ci" in metrics})
     return " ".join(f"{name} {v:,.1f}" for name, v in zip(objective.metric_names, values, strict=True))
 
 

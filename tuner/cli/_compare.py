@@ -49,6 +49,11 @@ def compare(
             or "every run failed"
         )
         echo(f"{r.study}: trial {r.candidate.number} {r.candidate.trial.params}: {values} ({len(r.runs)} runs)")
+        if r.aside is not None:
+            echo(
+                f"set aside: {r.study}'s run {r.aside.index + 1}, {r.aside.describe()}: a disturbed measurement "
+                "(a busy machine?), kept out of its mean and the floor"
+            )
     for line in verdicts:
         echo(line)
     echo(f"evidence: {run_dir.root}/validate/")
