@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+REAL_STUDY_CORE = 0  # the core the real study's stored space pins its servers to (and re-runs of its configs)
+
+
 def worker_index() -> int:
     """Which pytest-xdist worker runs this test (0 without xdist)."""
     name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
@@ -78,16 +81,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (name := group(item)) is not None:
             total[name] = total.get(name, 0.0) + took(item)
 
-    def longest_first(item: pytest.Item) -> tuple[bool, bool, bool, float, str]:
+    def longest_first(item: pytest.Item) -> tuple[bool, bool, bool, tuple[bool, float], str]:
         name = group(item)
         own = total[name] if name is not None else took(item)
-        # the quiet tests first, shortest first (the longest, the wheel's 2-thread trial, once the
-        # unit tests are done), the unit tests next: they run on the other workers while the quiet
-        # ones hold the machine (see pytest_runtest_protocol), then the one_core tests, which run
-        # beside the single-core quiet ones, then the other integration tests; longest first
-        quiet = "quiet" in item.keywords
+        # the quiet tests first: those the unit tests may run beside, then the settled ones (once
+        # the unit tests are done), each shortest first; the unit tests next: they run on the other
+        # workers while the quiet ones hold the machine (see pytest_runtest_protocol), then the
+        # one_core tests, which run beside the single-core quiet ones, then the other integration
+        # tests; longest first
+        quiet = item.get_closest_marker("quiet")
         beside = "one_core" in item.keywords
-        return (not quiet, "integration" in item.keywords, not beside, took(item) if quiet else -own, name or "")
+        when = (bool(quiet.kwargs.get("settled")), took(item)) if quiet else (False, -own)
+        return (quiet is None, "integration" in item.keywords, not beside, when, name or "")
 
     items.sort(key=longest_first)
     if _has_gpu():
@@ -113,7 +118,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     servers and load client; beside it, one ``one_core`` test at a time runs pinned to the other
     cores (its worker's affinity, which its server and threads inherit), so that neither takes
     the other's core. Those single-thread quiet tests left one of two cores idle for ~80 s
-    (docs/test-suite.md)."""
+    (docs/test-suite.md). ``quiet(core=N)`` is the same on core N: for a test whose servers a
+    stored space pins there, whichever worker runs it.
+
+    ``quiet(settled=True)`` orders it after the other quiet tests, once the unit tests (which take
+    no lock and run beside the first quiet tests, unpinned) are done: for a test that compares
+    runs with each other, which the unit tests' end would otherwise split into two machines."""
     quiet = item.get_closest_marker("quiet")
     run = getattr(item.config, "workerinput", {}).get("testrunuid")
     if run is None or not (quiet or "integration" in item.keywords):
@@ -128,17 +138,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     wanted = shared / "quiet-wanted"
     with open(shared / "machine.lock", "a") as lock, open(shared / "spare.lock", "a") as spare:
         if quiet:
-            one_core = bool(quiet.kwargs.get("one_core"))
+            own = _own_core(quiet)
             # what it leaves: the cores other than its own for one one_core test, or none
-            wanted.write_text(str(worker_core()) if one_core else "")
+            wanted.write_text("" if own is None else str(own))
             fcntl.flock(lock, fcntl.LOCK_EX)  # once the tests already running have ended
-            if not one_core:
+            if own is None:
                 fcntl.flock(spare, fcntl.LOCK_EX)  # the one_core test beside the last quiet one too
             try:
                 # on its core, with the servers it starts and its load client (they inherit this
                 # worker's affinity): unpinned, the SLO tests' servers and clients could float onto
                 # the core of the one_core test beside them
-                with pinned((worker_core(),) if one_core else ()):
+                with pinned(() if own is None else (own,)):
                     yield
             finally:
                 # the next quiet test on this worker keeps it wanted: no other test starts in between
@@ -168,6 +178,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _own_core(quiet: pytest.Mark) -> int | None:
+    """The one core a quiet test runs on (``core=N``, or its worker's with ``one_core=True``), or
+    None when it holds the whole machine (also for a core N this run may not use)."""
+    core = quiet.kwargs.get("core")
+    if core is not None:
+        return int(core) if core in os.sched_getaffinity(0) else None
+    return worker_core() if quiet.kwargs.get("one_core") else None
 
 
 def _spare_cores(wanted: Path) -> set[int]:
@@ -296,7 +315,7 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     from tuner.study import open_study
 
     raw = tiny_space(name="real")
-    raw["hardware"]["devices"] = [0]  # one build for every worker: the space it stores is the same for all
+    raw["hardware"]["devices"] = [REAL_STUDY_CORE]  # one build for every worker: the space it stores is the same for all
     raw["parameters"] = {
         "ctx-size": {"type": "categorical", "choices": [512, 2048, 65536]},
         "parallel": {"type": "int", "low": 1, "high": 2},
