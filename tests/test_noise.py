@@ -49,6 +49,9 @@ def test_half_width_of_one_run_combines_the_probe_ci_with_the_floor() -> None:
     # runs that agree by chance are no surer than each run's own CI: its SD is the floor under theirs
     agreeing = half_width((100.0, 2048.0), [[100.0, 2048.0], [100.0, 2048.0]], floor, [True, False], within={0: 19.6})
     assert agreeing[0] == pytest.approx(2.571 * 10.0 / math.sqrt(2), rel=1e-4)
+    # runs the floor already pools bring no degrees of freedom of their own: t(4), not t(1 + 4)
+    pooled = half_width((100.0, 2048.0), [[95.0, 2048.0], [105.0, 2048.0]], floor, [True, False], pooled=True)
+    assert pooled[0] == pytest.approx(2.776 * max(statistics.stdev([95, 105]), 5.0) / math.sqrt(2), rel=1e-3)
 
 
 def test_differs_only_beyond_the_combined_half_widths() -> None:

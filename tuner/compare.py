@@ -73,7 +73,7 @@ def compare(
         counted = [i for i in range(len(runs)) if aside is None or i != aside.index]
         mean = tuple(statistics.fmean(runs[i][j] for i in counted) for j in range(len(names))) if runs else ()
         within = _within([state[label].within[i] for i in counted])
-        hw = half_width(mean, [runs[i] for i in counted], floor, noisy, within) if runs else ()
+        hw = half_width(mean, [runs[i] for i in counted], floor, noisy, within, pooled=True) if runs else ()
         results.append(Compared(name, cand, runs, tuple(state[label].failures), mean, hw, aside))
     return results, floor, _verdicts(results, names[0])
 

@@ -115,6 +115,8 @@ def half_width(
     floor: NoiseFloor,
     noisy: Sequence[bool],
     within: Mapping[int, float] | None = None,
+    *,
+    pooled: bool = False,
 ) -> tuple[float, ...]:
     """95 % half-width per objective of a config measured ``len(runs)`` times (mean ``values``).
 
@@ -125,7 +127,11 @@ def half_width(
     whole requests: the tests' tiny space streams 40.0 tok/s in most 0.4 s sub-windows and 30.0 in
     some, so a run's figure is 40.0 or 36.0 or so; `tune compare --repeats 2` of one config against
     itself said "b's pick beats a's by +7.6 %" from 36.0, 36.0 against 39.0, 38.5, a spread the
-    runs' own CIs (+- 6.8 for a run of 36.0) would not have allowed."""
+    runs' own CIs (+- 6.8 for a run of 36.0) would not have allowed.
+
+    Degrees of freedom: the runs' k - 1 plus the floor's, or the floor's alone when ``pooled`` (the
+    runs are among those the floor pools, as a re-measured candidate's and a compared pick's are:
+    counted twice, two picks of two runs each got t(3) = 3.18 for t(2) = 4.30)."""
     within = within or {}
     k = max(1, len(runs))
     result = []
@@ -138,7 +144,7 @@ def half_width(
             result.append(math.hypot(within.get(j, 0.0), Z95 * floor_sd))
             continue
         sd = max(statistics.stdev(r[j] for r in runs), floor_sd, within.get(j, 0.0) / Z95)
-        dof = k - 1 + (floor.dof if floor.known else 0)
+        dof = (floor.dof if floor.known else 0) + (0 if pooled and floor.known else k - 1)
         result.append(t975(dof) * sd / math.sqrt(k))
     return tuple(result)
 

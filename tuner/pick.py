@@ -83,7 +83,7 @@ def candidates(study: optuna.Study) -> list[Candidate]:
         again = t.revalidated
         runs = [list(r) for r in kept(again["runs"])] if again and again.get("runs") else [list(t.values or ())]
         values = tuple(statistics.fmean(col) for col in zip(*runs, strict=True))
-        hws = half_width(values, runs, floor, noisy, _within(t, names))
+        hws = half_width(values, runs, floor, noisy, _within(t, names), pooled=len(runs) > 1)  # its re-runs are in the floor
         found.append(Candidate(t, values, again is not None, hws, len(runs)))
     return found
 
