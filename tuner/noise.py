@@ -124,7 +124,7 @@ def half_width(
     floor. Several runs: Student-t over the runs, the SD never below the floor nor below the SD
     the probe's own CI implies (``within`` / 1.96: a fresh server's figure varies at least as much
     as one window measures it to). Two or three runs can agree by chance where the load comes in
-    whole requests: the tests' tiny space streams 40.0 tok/s in most 0.4 s sub-windows and 30.0 in
+    whole requests: the tests' tiny space streams 40.0 tok/s in most 0.4 s sub-windows and 30-42 in
     some, so a run's figure is 40.0 or 36.0 or so; `tune compare --repeats 2` of one config against
     itself said "b's pick beats a's by +7.6 %" from 36.0, 36.0 against 39.0, 38.5, a spread the
     runs' own CIs (+- 6.8 for a run of 36.0) would not have allowed.
