@@ -18,7 +18,7 @@ import optuna
 from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigError
 from tuner.executors import Executor
-from tuner.noise import NoiseFloor, Outlier, differs, half_width, is_noisy, kept, noise_floor, set_aside
+from tuner.noise import NoiseFloor, Outlier, differs, half_width, is_noisy, noise_floor, set_aside
 from tuner.objectives import ObjectiveSet
 from tuner.pick import Candidate, objective_metrics, pick, repeated_runs
 from tuner.space import SearchSpace
@@ -63,18 +63,22 @@ def compare(
     items = [(f"{name}-trial{c.number}", dict(c.trial.params)) for name, c in picks.items()]
     state = remeasure(space, objective, run_dir, executor, items, repeats=repeats, on_run=on_run)
     noisy = [is_noisy(m) for m in names]
-    repeated: list[Sequence[Sequence[float]]] = [kept(state[label].values) for label, _ in items]
-    repeated += [runs for study in studies.values() for runs in repeated_runs(study)]
+    asides = {label: set_aside(state[label].values) for label, _ in items}
+    counted = {  # the runs each pick's mean, half-width and the floor count: all but its aside
+        label: [i for i in range(len(state[label].values)) if aside is None or i != aside.index]
+        for label, aside in asides.items()
+    }
+    runs = {label: [state[label].values[i] for i in counted[label]] for label in counted}
+    repeated: list[Sequence[Sequence[float]]] = [*runs.values()]
+    repeated += [study_runs for study in studies.values() for study_runs in repeated_runs(study)]
     floor = noise_floor(repeated, noisy)
     results = []
     for (label, _), (name, cand) in zip(items, picks.items(), strict=True):
-        runs = tuple(state[label].values)
-        aside = set_aside(runs)
-        counted = [i for i in range(len(runs)) if aside is None or i != aside.index]
-        mean = tuple(statistics.fmean(runs[i][j] for i in counted) for j in range(len(names))) if runs else ()
-        within = _within([state[label].within[i] for i in counted])
-        hw = half_width(mean, [runs[i] for i in counted], floor, noisy, within, pooled=True) if runs else ()
-        results.append(Compared(name, cand, runs, tuple(state[label].failures), mean, hw, aside))
+        mean = tuple(statistics.fmean(col) for col in zip(*runs[label], strict=True)) if runs[label] else ()
+        within = _within([state[label].within[i] for i in counted[label]])
+        hw = half_width(mean, runs[label], floor, noisy, within, pooled=True) if runs[label] else ()
+        item = state[label]
+        results.append(Compared(name, cand, tuple(item.values), tuple(item.failures), mean, hw, asides[label]))
     return results, floor, _verdicts(results, names[0])
 
 

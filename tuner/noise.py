@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tuner.stats import t975
 
-__all__ = ["NoiseFloor", "Outlier", "differs", "half_width", "is_noisy", "kept", "noise_floor", "set_aside"]
+__all__ = ["NoiseFloor", "Outlier", "differs", "half_width", "is_noisy", "kept", "noise_floor", "probe_cis", "set_aside"]
 
 Z95 = 1.959964
 
@@ -89,6 +89,11 @@ def kept(runs: Sequence[Sequence[float]]) -> list[Sequence[float]]:
     """``runs`` without the one :func:`set_aside` names."""
     out = set_aside(runs)
     return [r for i, r in enumerate(runs) if out is None or i != out.index]
+
+
+def probe_cis(metrics: Mapping[str, float], names: Sequence[str]) -> dict[int, float]:
+    """A run's own CI (the probe's ``<metric>_ci``) per objective index, where it reported one."""
+    return {j: float(metrics[f"{m}_ci"]) for j, m in enumerate(names) if f"{m}_ci" in metrics}
 
 
 def noise_floor(repeated: Sequence[Sequence[Sequence[float]]], noisy: Sequence[bool]) -> NoiseFloor:

@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.exceptions import ConfigError
-from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, set_aside
+from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, probe_cis, set_aside
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
 from tuner.trials import StudyRecord, TrialRecord, read_study, read_trials
 
@@ -83,7 +83,8 @@ def candidates(study: optuna.Study) -> list[Candidate]:
         again = t.revalidated
         runs = [list(r) for r in kept(again["runs"])] if again and again.get("runs") else [list(t.values or ())]
         values = tuple(statistics.fmean(col) for col in zip(*runs, strict=True))
-        hws = half_width(values, runs, floor, noisy, _within(t, names), pooled=len(runs) > 1)  # its re-runs are in the floor
+        # its re-runs are among those the floor pools
+        hws = half_width(values, runs, floor, noisy, probe_cis(t.metrics, names), pooled=len(runs) > 1)
         found.append(Candidate(t, values, again is not None, hws, len(runs)))
     return found
 
@@ -160,12 +161,6 @@ def reference_groups(noise: Mapping[str, Any]) -> list[list[Sequence[float]]]:
         if aside is None or i != aside.index:
             groups.setdefault("start" if label in ("trial", "start") else label, []).append(run)
     return list(groups.values())
-
-
-def _within(trial: TrialRecord, names: Sequence[str]) -> dict[int, float]:
-    """The probe's own CI of the trial's throughput objective, where it reported one."""
-    metrics = trial.metrics
-    return {j: metrics[f"{m}_ci"] for j, m in enumerate(names) if f"{m}_ci" in metrics}
 
 
 def signs(study: optuna.Study) -> list[float]:

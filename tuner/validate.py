@@ -31,7 +31,7 @@ from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigError, TunerError
 from tuner.executors import Executor
 from tuner.ledger import Ledger
-from tuner.noise import differs, is_noisy, kept
+from tuner.noise import differs, is_noisy, kept, probe_cis
 from tuner.objectives import ObjectiveSet
 from tuner.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
 from tuner.records import TrialOutcome
@@ -169,7 +169,7 @@ def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet, 
     item.values.append(values)
     metrics = outcome.metrics()
     item.metrics.append(run_metrics(metrics))
-    item.within.append({j: float(metrics[f"{m}_ci"]) for j, m in enumerate(objective.metric_names) if f"{m}_ci" in metrics})
+    item.within.append(probe_cis(metrics, objective.metric_names))
     return " ".join(f"{name} {v:,.1f}" for name, v in zip(objective.metric_names, values, strict=True))
 
 
