@@ -5,7 +5,9 @@ Modes (``--mode``):
              so a client measured against it is the bottleneck, not this server)
   midstream  send half the tokens, then an error event and close: a 500 in the middle of a stream
   reject     answer 429 at once when more than ``--capacity`` requests are in flight
-Also answers /tokenize (one token per word) and /health. Never the engine a feature is proven on.
+Also answers /tokenize (one token per word) and /health. ``--each``: every event in a write of its
+own (as an engine streams: one read per token on the client), not all of them in one. Never the
+engine a feature is proven on.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def _event(data: dict) -> bytes:
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
-def make_handler(mode: str, capacity: int, hold: float) -> type[BaseHTTPRequestHandler]:
+def make_handler(mode: str, capacity: int, hold: float, each: bool = False) -> type[BaseHTTPRequestHandler]:
     in_flight = [0]
     lock = threading.Lock()
     token = _event({"choices": [{"index": 0, "text": "x"}]})
@@ -77,7 +79,13 @@ def make_handler(mode: str, capacity: int, hold: float) -> type[BaseHTTPRequestH
                 self.close_connection = True
                 return
             usage = _event({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n}})
-            self.wfile.write(token * n + usage + b"data: [DONE]\n\n")
+            if each:
+                for _ in range(n):
+                    self.wfile.write(token)
+                    self.wfile.flush()
+                self.wfile.write(usage + b"data: [DONE]\n\n")
+            else:
+                self.wfile.write(token * n + usage + b"data: [DONE]\n\n")
             self.wfile.flush()
             self.close_connection = True
 
@@ -85,6 +93,8 @@ def make_handler(mode: str, capacity: int, hold: float) -> type[BaseHTTPRequestH
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the listen backlog: an open loop's burst of connects is not refused (the default is 5)
+
     def handle_error(self, request, client_address) -> None:
         # a client that hung up mid-answer (the probe ending a level, or on the mid-stream error) is
         # what a server sees every day: not a traceback on the test run's output (ci47 printed two)
@@ -93,8 +103,8 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def serve(port: int, mode: str = "ok", capacity: int = 2, hold: float = 0.0) -> ThreadingHTTPServer:
-    server = _Server(("127.0.0.1", port), make_handler(mode, capacity, hold))
+def serve(port: int, mode: str = "ok", capacity: int = 2, hold: float = 0.0, each: bool = False) -> ThreadingHTTPServer:
+    server = _Server(("127.0.0.1", port), make_handler(mode, capacity, hold, each))
     server.daemon_threads = True
     return server
 
@@ -105,5 +115,6 @@ if __name__ == "__main__":
     parser.add_argument("--mode", choices=["ok", "midstream", "reject"], default="ok")
     parser.add_argument("--capacity", type=int, default=2)
     parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--each", action="store_true")
     args = parser.parse_args()
-    serve(args.port, args.mode, args.capacity, args.hold).serve_forever()
+    serve(args.port, args.mode, args.capacity, args.hold, args.each).serve_forever()

@@ -190,11 +190,14 @@ def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_serve
         async def twice() -> tuple[dict[str, Any], dict[str, Any]]:
             import httpx
 
+            from tuner.probes._senders import Senders
+
             async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
                 prompts = await again.prompts(client, handle(server))
+            with Senders() as senders:
                 return (
-                    await again.rate_level(client, handle(server), prompts, held / 2, seed=7),
-                    await again.rate_level(client, handle(server), prompts, broke * 2, seed=8),
+                    await again.rate_level(senders, handle(server), prompts, held / 2, seed=7),
+                    await again.rate_level(senders, handle(server), prompts, broke * 2, seed=8),
                 )
 
         low, high = asyncio.run(twice())
@@ -204,3 +207,5 @@ def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_serve
     assert result.metrics["goodput"] > 0 and result.metrics["levels"] <= 4
     assert targets.violated(low) == [], (low, result.details)
     assert targets.violated(high), (high, result.details)
+    for level in [*result.details["levels"].values(), low, high]:  # every level sent what it reports
+        assert level["achieved_over_offered"] >= 0.97 and not level["client_bound"], level

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tuner.probes._base import Probe, ServerHandle
+from tuner.probes._senders import CEILING, Senders
 from tuner.probes.load import LoadProbe
 from tuner.probes.overload import OverloadProbe
 from tuner.probes.recall import RecallProbe
@@ -17,10 +18,12 @@ if TYPE_CHECKING:
     from tuner.space import SearchSpace
 
 __all__ = [
+    "CEILING",
     "LoadProbe",
     "OverloadProbe",
     "Probe",
     "RecallProbe",
+    "Senders",
     "ServedContextProbe",
     "ServerHandle",
     "SloProbe",

@@ -3,20 +3,26 @@ the server's own token counts (usage), its prompt-cache hits, and any failure, r
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-__all__ = ["RequestRecord", "stream_request"]
+__all__ = ["RequestRecord", "stop_clients", "stream_request"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class RequestRecord:
-    """One request as the client saw it. ``stamps``: arrival time of each streamed content chunk."""
+    """One request as the client saw it. ``stamps``: arrival time of each streamed content chunk.
+    ``started``: when the request arrived (open loop: its scheduled arrival); ``sent``: when the
+    open loop's sender released it (None in the closed loop, where a request is sent as it starts)."""
 
     ok: bool
     started: float
@@ -28,6 +34,7 @@ class RequestRecord:
     cached_tokens: int | None = None
     error: str | None = None
     cancelled: bool = False
+    sent: float | None = None
 
     @property
     def chunks(self) -> int:
@@ -122,3 +129,31 @@ def _has_content(event: dict[str, Any]) -> bool:
         if choice.get("text") or (choice.get("delta") or {}).get("content"):
             return True
     return False
+
+
+async def stop_clients(tasks: list[asyncio.Task[Any]], *, grace: float, every: float = 0.5) -> None:
+    """Cancel the clients and wait until each has ended, cancelling again every ``every`` seconds.
+
+    One ``Task.cancel()`` is not enough: on the H200 two of a level's 128 clients outlived it and
+    went on sending requests for minutes, 2 in flight, while the level waited for them (trial 5 of
+    docs/data/context/h200-sglang-smollm2-trials.csv: a cancel that arrives while httpcore closes a response
+    inside its cancellation shield can be absorbed). The clients also stop at their next request
+    (the caller's stop flag); one still running after ``grace`` is logged and left to the client's
+    close, which ends its connection."""
+    pending = {t for t in tasks if not t.done()}
+    deadline = time.monotonic() + grace
+    again = 0
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=every)
+        if pending:
+            again += 1
+            if time.monotonic() >= deadline:
+                logger.warning("%d load client(s) still running %.0fs after the level was stopped", len(pending), grace)
+                return
+    if again:
+        logger.warning("load clients outlived their cancel (cancelled %d more time(s) before they ended)", again)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("a load client failed: %r", task.exception())

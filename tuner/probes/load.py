@@ -11,13 +11,14 @@ Failed requests are counted as errors and excluded from every latency.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import json
 import logging
-import random
+import math
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -26,7 +27,8 @@ from tuner import progress
 from tuner.engines import counter_total
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
-from tuner.probes._stream import RequestRecord, stream_request
+from tuner.probes._senders import Plan, Senders, arrival_offsets, ceiling_per_core, client_cores, senders_for, with_prompt
+from tuner.probes._stream import RequestRecord, stop_clients, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.records import Capacity, ProbeResult
 from tuner.space.schema import LoadProbeSpec
@@ -119,7 +121,8 @@ class LoadProbe(Probe):
         self._asked_prompt = maker.asked
         return maker.make
 
-    def _request(self, server: ServerHandle, prompt: str) -> tuple[str, dict[str, Any], dict[str, str]]:
+    def _template(self, server: ServerHandle) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """(url, body without its prompt, headers) of every request of a level."""
         n = self.spec.output_tokens
         body: dict[str, Any] = {
             "model": server.model,
@@ -130,11 +133,12 @@ class LoadProbe(Probe):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if self.spec.api == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
-            return f"{server.url}/v1/chat/completions", body, server.headers
-        body["prompt"] = prompt
-        return f"{server.url}/v1/completions", body, server.headers
+        path = "chat/completions" if self.spec.api == "chat" else "completions"
+        return f"{server.url}/v1/{path}", body, server.headers
+
+    def _request(self, server: ServerHandle, prompt: str) -> tuple[str, dict[str, Any], dict[str, str]]:
+        url, body, headers = self._template(server)
+        return url, with_prompt(body, self.spec.api, prompt), headers
 
     async def level(
         self, client: httpx.AsyncClient, server: ServerHandle, prompt: Callable[[int], str], concurrency: int
@@ -169,8 +173,13 @@ class LoadProbe(Probe):
         counters = await prefix_cache_counters(client, server)
         began = time.perf_counter()
         tasks = [asyncio.create_task(client_loop(i)) for i in range(concurrency)]
+
+        async def stop() -> None:
+            stopping.set()
+            await stop_clients(tasks, grace=spec.request_timeout)
+
         late = f"level {concurrency}: warmup did not complete a full wave in time; measuring anyway"
-        summary = await self._window(records, tasks, warmed, stopping, late)
+        summary = await self._window(records, stop, warmed, late)
         summary["warmup_s"] = summary["window_at"][0] - began
         after = await prefix_cache_counters(client, server)
         if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
@@ -179,63 +188,72 @@ class LoadProbe(Probe):
         return summary
 
     async def rate_level(
-        self, client: httpx.AsyncClient, server: ServerHandle, prompt: Callable[[int], str], rate: float, seed: int = 0
+        self,
+        senders: Senders,
+        server: ServerHandle,
+        prompt: Callable[[int], str],
+        rate: float,
+        seed: int = 0,
+        *,
+        cores: int | None = None,
     ) -> dict[str, Any]:
         """Open loop: requests arrive as a Poisson process of ``rate`` per second, each on its own
         (no client waits for another, so a server that falls behind queues them), as production
-        traffic and ``vllm bench serve --request-rate`` do. The window opens once ``warmup``
-        requests have ended (the first ones are behind), and is measured as a closed-loop level's.
-        At most :func:`in_flight_cap` requests are at the server at once; later arrivals wait on
-        the client, as in a gateway's queue, their wait part of their TTFT."""
+        traffic and ``vllm bench serve --request-rate`` do. The arrival times are fixed from
+        ``seed`` before the level starts and sent by ``senders`` (processes of their own, as many
+        as the rate needs: :mod:`tuner.probes._senders`); TTFT counts from the scheduled arrival.
+        The window opens once ``warmup`` requests have ended and is measured as a closed-loop
+        level's. At most :func:`in_flight_cap` requests are at the server at once; later arrivals
+        wait on their sender, as in a gateway's queue, their wait part of their TTFT. Beside the
+        closed loop's figures the level stores what was asked and what was delivered
+        (:func:`open_loop_figures`): ``client_bound`` when the senders fell short of the schedule.
+        ``cores``: the client cores to plan senders for (default: those this process may use)."""
         spec = self.spec
         records: list[RequestRecord] = []
-        tasks: list[asyncio.Task[Any]] = []
         ended = [0]
-        cap = in_flight_cap(server.capacity, spec.prompt_tokens + spec.output_tokens)
-        gate = asyncio.Semaphore(cap)
         warmed = asyncio.Event()
-        stopping = asyncio.Event()
-        rng = random.Random(seed)
 
-        async def one(rec: RequestRecord) -> None:
-            url, body, headers = self._request(server, prompt(next(self._requests)))
-            try:
-                async with gate:
-                    await stream_request(
-                        client, url, body, headers, rec=rec, cached_field=server.cached_tokens_field, arrived=rec.started
-                    )
-            except asyncio.CancelledError:
-                rec.cancelled = True
-                raise
+        def on_end() -> None:
             ended[0] += 1
             if ended[0] >= max(1, spec.warmup):
                 warmed.set()
 
-        async def arrivals() -> None:
-            while not stopping.is_set():
-                await asyncio.sleep(rng.expovariate(rate))
-                rec = RequestRecord(ok=False, started=time.perf_counter())
-                records.append(rec)
-                tasks.append(asyncio.create_task(one(rec)))
-
-        tasks.append(asyncio.create_task(arrivals()))  # the arrivals first, then every request it starts
+        cap = in_flight_cap(server.capacity, spec.prompt_tokens + spec.output_tokens)
+        cores = cores or client_cores()
+        count, enough = senders_for(rate, spec.output_tokens, cores)
+        if not enough:
+            logger.warning(
+                "open loop: %d client core(s) cannot send %.3g requests/s of %d-token streams (one core sends about %.0f/s); "
+                "the level records what was sent",
+                cores, rate, spec.output_tokens, ceiling_per_core(spec.output_tokens),
+            )  # fmt: skip
+        url, body, headers = self._template(server)
+        first = next(self._requests)
+        plan = Plan(
+            rate, seed, 0.0, url, body, spec.api, headers, prompt, first, -(-cap // count), spec.request_timeout,
+            server.cached_tokens_field,
+        )  # fmt: skip
+        level = await senders.start(plan, count, records, on_end)
         late = f"rate {rate:.3g}/s: no request ended in time; measuring anyway"
-        summary = await self._window(records, tasks, warmed, stopping, late)
-        summary.update(warmup_s=0.0, offered_rate=rate, in_flight_cap=cap)
+        summary = await self._window(records, lambda: level.stop(spec.request_timeout), warmed, late)
+        self._requests = itertools.count(first + level.arrivals + 1)
+        start, end = summary["window_at"]
+        summary.update(
+            warmup_s=start - level.t0,
+            in_flight_cap=cap,
+            senders=count,
+            client_cores=cores,
+            sender_failures=level.failed,
+            **open_loop_figures(records, start, end, rate, seed, level.t0),
+        )
         return summary
 
     async def _window(
-        self,
-        records: list[RequestRecord],
-        tasks: list[asyncio.Task[Any]],
-        warmed: asyncio.Event,
-        stopping: asyncio.Event,
-        late: str,
+        self, records: list[RequestRecord], stop: Callable[[], Awaitable[None]], warmed: asyncio.Event, late: str
     ) -> dict[str, Any]:
         """A level's window, closed or open loop: wait for ``warmed`` (``late`` is logged when it
-        takes longer than the warm-up may), measure, stop ``tasks`` (read at the stop: requests the
-        open loop started meanwhile are in it), and summarize. ``window_at`` is in perf_counter time:
-        telemetry slices by it."""
+        takes longer than the warm-up may), measure, ``stop`` the level's clients, and summarize.
+        ``window_at`` is in perf_counter time: telemetry slices by it."""
         spec = self.spec
         try:
             try:
@@ -245,8 +263,7 @@ class LoadProbe(Probe):
             start = time.perf_counter()
             end, ci = await self._measure(records, start)
         finally:
-            stopping.set()
-            await stop_clients(list(tasks), grace=spec.request_timeout)
+            await stop()
         summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
         summary.update(ci_target_met=ci, window_at=[start, end])
         return summary
@@ -309,34 +326,6 @@ def per_gpu(result: ProbeResult, gpus: int) -> ProbeResult:
         return result
     added = {per: result.metrics[m] / gpus for m, per in pairs if m in result.metrics}
     return replace(result, metrics={**result.metrics, **added}, details={**result.details, "gpus": gpus})
-
-
-async def stop_clients(tasks: list[asyncio.Task[Any]], *, grace: float, every: float = 0.5) -> None:
-    """Cancel the clients and wait until each has ended, cancelling again every ``every`` seconds.
-
-    One ``Task.cancel()`` is not enough: on the H200 two of a level's 128 clients outlived it and
-    went on sending requests for minutes, 2 in flight, while the level waited for them (trial 5 of
-    docs/data/context/h200-sglang-smollm2-trials.csv: a cancel that arrives while httpcore closes a response
-    inside its cancellation shield can be absorbed). The clients also stop at their next request
-    (the caller's stop flag); one still running after ``grace`` is logged and left to the client's
-    close, which ends its connection."""
-    pending = {t for t in tasks if not t.done()}
-    deadline = time.monotonic() + grace
-    again = 0
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=every)
-        if pending:
-            again += 1
-            if time.monotonic() >= deadline:
-                logger.warning("%d load client(s) still running %.0fs after the level was stopped", len(pending), grace)
-                return
-    if again:
-        logger.warning("load clients outlived their cancel (cancelled %d more time(s) before they ended)", again)
-    for task in tasks:
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning("a load client failed: %r", task.exception())
 
 
 def summarize(
@@ -408,6 +397,69 @@ def summarize(
     summary["waiting"] = len(waits)
     summary["ttft_p99_censored"] = percentiles(samples["ttft"] + waits, [99])[99] if waits else summary["ttft_p99"]
     return summary
+
+
+DELIVERED_MIN = 0.97  # an open-loop level whose senders sent less of its schedule is client-bound
+SEND_LAG_MAX = 0.05  # s: so is one whose sends ran this late at p99 (a loop uniformly late still sends the count)
+BACKLOG_SHARE = 0.05  # completions may fall behind the window's arrivals by this share (plus Poisson noise)
+
+
+def open_loop_figures(
+    records: list[RequestRecord], start: float, end: float, rate: float, seed: int, t0: float
+) -> dict[str, Any]:
+    """What an open-loop level asked for and what it delivered, over the window ``[start, end)``.
+
+    ``offered_rate``: the arrivals the schedule (the Poisson draw of ``rate`` from ``seed``, from
+    ``t0``) put in the window, per second; ``achieved_rate``: the arrivals the senders released
+    in it; ``achieved_over_offered`` their ratio (the senders' delivery, free of the Poisson draw's
+    own spread around ``rate``). ``send_lag_*``: seconds from a scheduled arrival to its send.
+    ``client_bound``: delivery below :data:`DELIVERED_MIN` or a send lag p99 over
+    :data:`SEND_LAG_MAX` (a sender's loop that late also stamps tokens late: the level's latencies
+    are the client's as much as the server's). ``completion_rate``: requests that ended in the
+    window, per second. ``backlog_growth``: requests in the system (arrived, not ended) at the
+    window's end minus at its start, i.e. arrivals minus completions; ``backlog_allowance`` what a
+    stable server shows by chance: :data:`BACKLOG_SHARE` of the window's arrivals plus twice the
+    spread of that difference, which is at most that of two Poisson counts (sqrt(arrivals +
+    completions)) and at most that of two draws of the number in the system (sqrt(2 x its mean)),
+    whichever is smaller. A growth beyond it breaks the SLO: completions fall behind arrivals
+    (:meth:`~tuner.space.schema.SloTargets.violated`)."""
+    seconds = max(end - start, 1e-9)
+    due = []  # scheduled arrival times up to the window's end
+    for offset in arrival_offsets(rate, seed):
+        if t0 + offset >= end:
+            break
+        due.append(t0 + offset)
+    scheduled = sum(1 for t in due if t >= start)
+    sent = [r for r in records if r.sent is not None and start <= r.sent < end]
+    lags = [r.sent - r.started for r in sent if r.sent is not None]
+    ends = sorted(r.ended for r in records if r.ended is not None)
+
+    def in_system(t: float) -> int:
+        return bisect.bisect_left(due, t) - bisect.bisect_left(ends, t)
+
+    points = [start + seconds * k / 10 for k in range(11)]
+    mean_in_system = sum(in_system(t) for t in points) / len(points)
+    growth = in_system(end) - in_system(start)
+    ended = bisect.bisect_left(ends, end) - bisect.bisect_left(ends, start)
+    delivered = len(sent) / scheduled if scheduled else 1.0
+    figures: dict[str, Any] = {
+        "rate": rate,
+        "offered_rate": scheduled / seconds,
+        "achieved_rate": len(sent) / seconds,
+        "achieved_over_offered": delivered,
+        "client_bound": delivered < DELIVERED_MIN or (bool(lags) and _p99(lags) > SEND_LAG_MAX),
+        "completion_rate": ended / seconds,
+        "backlog_growth": float(growth),
+        "backlog_allowance": BACKLOG_SHARE * scheduled + 2 * math.sqrt(min(scheduled + ended, 2 * mean_in_system) + 1),
+        "in_system_mean": mean_in_system,
+        "send_lag_max": max(lags) if lags else None,
+    }
+    figures.update({f"send_lag_p{p}": v for p, v in percentiles(lags, (50, 99)).items()})
+    return figures
+
+
+def _p99(values: list[float]) -> float:
+    return float(percentiles(values, [99])[99] or 0.0)
 
 
 def in_flight_cap(capacity: Capacity, tokens_per_request: int) -> int:
@@ -495,8 +547,14 @@ def _dataset_prompts(path: str) -> Callable[[int], str]:
                     texts.append(text)
     if not texts:
         raise ValueError(f"{path}: no prompts (each line needs 'prompt' or 'messages')")
+    return DatasetPrompts(tuple(texts))
 
-    def prompt(i: int) -> str:
-        return f"[{' '.join(filler_words(8, seed=i))}]\n{texts[i % len(texts)]}"
 
-    return prompt
+@dataclass(frozen=True)
+class DatasetPrompts:
+    """The i-th prompt of a dataset, with its nonce (picklable: the open loop's senders make them)."""
+
+    texts: tuple[str, ...]
+
+    def __call__(self, i: int) -> str:
+        return f"[{' '.join(filler_words(8, seed=i))}]\n{self.texts[i % len(self.texts)]}"

@@ -29,6 +29,7 @@ import httpx
 
 from tuner import progress
 from tuner.probes._base import Probe, ServerHandle
+from tuner.probes._senders import Senders
 from tuner.probes.load import LoadProbe
 from tuner.records import ProbeResult
 from tuner.space.schema import LoadProbeSpec, SloProbeSpec, SloTargets
@@ -38,6 +39,12 @@ __all__ = ["SloProbe", "search", "search_rate"]
 logger = logging.getLogger(__name__)
 
 AT_LEVEL = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
+# the open loop's, at the answer: what was asked and what was delivered (tuner.probes.load.open_loop_figures)
+AT_RATE = ("offered_rate", "achieved_rate", "achieved_over_offered", "completion_rate", "send_lag_p99", "backlog_growth")
+OPEN_LOOP = (
+    *AT_RATE, "rate", "client_bound", "backlog_allowance", "in_system_mean", "send_lag_p50", "send_lag_max", "senders",
+    "client_cores", "sender_failures",
+)  # fmt: skip
 UNBOUNDED = 1024  # where neither the KV pool nor the spec bounds the search
 
 
@@ -54,8 +61,9 @@ class SloProbe(Probe):
 
     @classmethod
     def metric_names(cls, spec: SloProbeSpec) -> set[str]:
-        answer = ("rate", "rate_violated") if spec.mode == "rate" else ("concurrency", "concurrency_violated")
-        return {*answer, "goodput", "goodput_ci", "levels", "bound", *AT_LEVEL}
+        if spec.mode == "rate":
+            return {"rate", "rate_violated", "rate_client_bound", "goodput", "goodput_ci", "levels", "bound", *AT_LEVEL, *AT_RATE}
+        return {"concurrency", "concurrency_violated", "goodput", "goodput_ci", "levels", "bound", *AT_LEVEL}
 
     def see(self, earlier: Sequence[ProbeResult]) -> None:
         """Levels the load probe measured on this server (same workload): known, not run again
@@ -94,15 +102,15 @@ class SloProbe(Probe):
 
     async def _run_rate(self, server: ServerHandle, targets: SloTargets) -> ProbeResult:
         spec = self.spec
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)  # rate_level caps what is in flight
         timeout = httpx.Timeout(self.load.spec.request_timeout, connect=10.0)
         measured: dict[float, dict[str, Any]] = {}
-        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
             prompts = await self.load.prompts(client, server)
+        with Senders() as senders:
 
             async def measure(rate: float) -> dict[str, Any]:
                 progress.report(f"slo: {rate:.3g} requests/s ({len(measured) + 1}/{spec.max_levels} levels)")
-                measured[rate] = await self.load.rate_level(client, server, prompts, rate, seed=len(measured))
+                measured[rate] = await self.load.rate_level(senders, server, prompts, rate, seed=len(measured))
                 return measured[rate]
 
             outcome = await search_rate(measure, targets, spec)
@@ -149,8 +157,12 @@ def _metrics(outcome: Search, answer: str, levels_run: int, bound: float) -> dic
         if best.get("output_tok_s_ci") is not None:
             metrics["goodput_ci"] = float(best["output_tok_s_ci"])
         metrics.update({m: float(best[m]) for m in AT_LEVEL if best.get(m) is not None})
+        if answer == "rate":
+            metrics.update({m: float(best[m]) for m in AT_RATE if best.get(m) is not None})
     if outcome.broke is not None:
         metrics[f"{answer}_violated"] = float(outcome.broke)
+    if outcome.client_bound:
+        metrics[f"{answer}_client_bound"] = float(min(outcome.client_bound))
     return metrics
 
 
@@ -168,17 +180,21 @@ def _level_details(summary: dict[str, Any], broke: list[str], here: bool) -> dic
         **{m: summary.get(m) for m in AT_LEVEL},
         "waiting": summary.get("waiting"),  # still waiting for a first token when the window closed
         "ttft_p99_censored": summary.get("ttft_p99_censored"),
+        **{m: summary.get(m) for m in OPEN_LOOP if m in summary},
     }
 
 
 class Search:
     """What the search found: every level it knows (``levels``), what each broke, the largest
-    level that held (``held``, 0: none) and the smallest that broke (``broke``)."""
+    level that held (``held``, 0: none) and the smallest that broke (``broke``). An open-loop
+    level whose senders fell short of its schedule (``client_bound``) is neither: the load was
+    not delivered, so it says nothing of the server, and the search goes no higher."""
 
     def __init__(self, targets: SloTargets, known: dict[int, dict[str, Any]]) -> None:
         self.targets = targets
         self.levels: dict[float, dict[str, Any]] = {}  # clients (closed loop) or requests/s (open loop)
         self.broken: dict[float, list[str]] = {}
+        self.client_bound: dict[float, str] = {}
         self.stop_reason = ""
         for level, summary in known.items():
             self.add(level, summary)
@@ -186,17 +202,27 @@ class Search:
     def add(self, level: float, summary: dict[str, Any]) -> None:
         self.levels[level] = summary
         self.broken[level] = self.targets.violated(summary)
+        if summary.get("client_bound"):
+            self.client_bound[level] = (
+                f"client-bound: the senders released {summary.get('achieved_over_offered', 0):.1%} of the scheduled arrivals"
+            )
 
     @property
     def held(self) -> float:
-        """The largest level that held, below every level that broke (a level that held above one
-        that broke is noise around the answer: the lower break wins)."""
-        ceiling = self.broke if self.broke is not None else float("inf")
-        return max((lv for lv, b in self.broken.items() if not b and lv < ceiling), default=0)
+        """The largest level that held, below every level that broke or could not be sent (a level
+        that held above one that broke is noise around the answer: the lower break wins)."""
+        ceiling = self.ceiling if self.ceiling is not None else float("inf")
+        return max((lv for lv, b in self.broken.items() if not b and lv < ceiling and lv not in self.client_bound), default=0)
 
     @property
     def broke(self) -> float | None:
-        return min((lv for lv, b in self.broken.items() if b), default=None)
+        return min((lv for lv, b in self.broken.items() if b and lv not in self.client_bound), default=None)
+
+    @property
+    def ceiling(self) -> float | None:
+        """The lowest level that broke the SLO or could not be sent: the search stays below it."""
+        tops = [lv for lv in (self.broke, min(self.client_bound, default=None)) if lv is not None]
+        return min(tops) if tops else None
 
 
 async def search(
@@ -250,7 +276,8 @@ async def search(
 async def search_rate(measure: Callable[[float], Awaitable[dict[str, Any]]], targets: SloTargets, spec: SloProbeSpec) -> Search:
     """The open-loop answer: double the request rate from ``start_rate`` until a rate breaks the
     SLO (or ``max_rate`` holds it), then bisect until the bracket is within ``resolution``
-    (default 10 %) of the rate that holds."""
+    (default 10 %) of the rate that holds. A rate the senders could not deliver (client-bound)
+    ends the doubling like a break, but is never the answer nor its ``rate_violated``."""
     found = Search(targets, {})
     resolution = spec.resolution or 0.1
     runs = 0
@@ -261,27 +288,36 @@ async def search_rate(measure: Callable[[float], Awaitable[dict[str, Any]]], tar
         found.add(rate, await measure(rate))
 
     rate = spec.start_rate
-    while found.broke is None:
+    while found.ceiling is None:
         if runs >= spec.max_levels:
             break
         await run(rate)
-        if found.broke is None:
+        if found.ceiling is None:
             if spec.max_rate is not None and rate >= spec.max_rate:
                 found.stop_reason = f"max_rate ({spec.max_rate:g} requests/s) holds the SLO"
                 return found
             rate = min(rate * 2, spec.max_rate) if spec.max_rate is not None else rate * 2
-    while found.broke is not None:
-        low, high = found.held, found.broke
+    while (high := found.ceiling) is not None:
+        low = found.held
         if not low and high <= spec.start_rate / 8:
-            found.stop_reason = f"even {high:.3g} requests/s break the SLO"
+            found.stop_reason = f"even {high:.3g} requests/s " + (
+                "could not be sent (client-bound)" if high in found.client_bound else "break the SLO"
+            )
             return found
         if low and high - low <= resolution * low:
-            found.stop_reason = f"bracketed: {low:.3g} requests/s hold the SLO, {high:.3g} break it"
+            found.stop_reason = f"bracketed: {low:.3g} requests/s hold the SLO, {_above(found, high)}"
             return found
         if runs >= spec.max_levels:
             break
         await run((low + high) / 2)
     found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.3g} requests/s hold the SLO" + (
-        f", {found.broke:.3g} break it" if found.broke is not None else ""
+        f", {_above(found, found.ceiling)}" if found.ceiling is not None else ""
     )
     return found
+
+
+def _above(found: Search, high: float) -> str:
+    """What stopped the search at ``high``: the server (a break) or the client (a shortfall)."""
+    if high in found.client_bound:
+        return f"{high:.3g} could not be sent ({found.client_bound[high]}): the server's own limit may lie higher"
+    return f"{high:.3g} break it"

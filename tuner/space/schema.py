@@ -277,7 +277,9 @@ class SloTargets(_Strict):
         """The targets a load level's figures break (``"ttft_p99 1.31 > 1"``); empty: it holds them all.
         A latency the level could not measure (no request finished) breaks its target, and so does a
         TTFT p99 whose lower bound (``ttft_p99_censored``: requests still waiting for their first
-        token when the window closed, counted with their waits so far) is over it."""
+        token when the window closed, counted with their waits so far) is over it. An open-loop
+        level whose backlog grew beyond what chance explains (``backlog_growth`` over
+        ``backlog_allowance``: completions did not keep up with arrivals) breaks it too."""
         broken = []
         for name in ("ttft_p99", "itl_p99", "tpot_p99"):
             bound = getattr(self, name)
@@ -290,6 +292,11 @@ class SloTargets(_Strict):
                 broken.append(f"{name} {'unmeasured' if value is None else f'{value:.3g}'} > {bound:g}")
         if (rate := level.get("error_rate") or 0.0) > self.error_rate:
             broken.append(f"error_rate {rate:.3g} > {self.error_rate:g}")
+        growth, allowance = level.get("backlog_growth"), level.get("backlog_allowance")
+        if growth is not None and allowance is not None and growth > allowance:
+            broken.append(
+                f"backlog grew by {growth:.0f} requests in the window > {allowance:.1f} (completions fall behind arrivals)"
+            )
         return broken
 
 

@@ -1,0 +1,220 @@
+"""The open loop sends what it reports: arrival times fixed from the seed, sent by processes of
+their own, and each level's delivery (achieved over offered, send lag) and backlog stored beside
+what it was asked. A level the senders could not deliver is client-bound and never the SLO's
+answer; arrivals beyond what the server completes are never reported as held."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import assert_group_gone, handle, llama_server_process
+from tuner.partitions import free_port
+from tuner.probes import LoadProbe, ServerHandle
+from tuner.probes._senders import CEILING, Senders, arrival_offsets, senders_for
+from tuner.probes._stream import RequestRecord
+from tuner.probes.load import DELIVERED_MIN, SEND_LAG_MAX, open_loop_figures, summarize
+from tuner.probes.slo import search_rate
+from tuner.records import Capacity
+from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
+
+ROOT = Path(__file__).resolve().parents[2]
+LAX = SloTargets(ttft_p99=1000.0, error_rate=0.99)  # only delivery and backlog can fail a level
+
+
+def test_the_arrivals_are_fixed_by_the_seed_and_average_the_rate() -> None:
+    first = list(itertools.islice(arrival_offsets(50.0, seed=3), 20_000))
+    assert first == list(itertools.islice(arrival_offsets(50.0, seed=3), 20_000))
+    assert first != list(itertools.islice(arrival_offsets(50.0, seed=4), 20_000))
+    assert first == sorted(first) and first[0] > 0
+    assert 20_000 / first[-1] == pytest.approx(50.0, rel=0.03)
+
+
+def test_a_rate_gets_the_senders_it_needs_up_to_the_cores() -> None:
+    one = CEILING.headroom * CEILING.rate(128)
+    assert senders_for(0.5 * one, 128, cores=4) == (1, True)
+    assert senders_for(2.5 * one, 128, cores=4) == (3, True)
+    count, enough = senders_for(20 * one, 128, cores=2)  # 20 senders' worth on 2 cores: it says so
+    assert count == 2 and not enough
+
+
+def _records(rate: float, seed: int, until: float, *, lag: float = 0.0, skip: int = 0, life: float = 0.3) -> list[RequestRecord]:
+    """What a level's senders saw: the schedule's arrivals (but every ``skip``-th, never sent)
+    sent ``lag`` late, each ending ``life`` after its arrival."""
+    recs = []
+    for i, t in enumerate(itertools.takewhile(lambda t: t < until, arrival_offsets(rate, seed))):
+        if skip and i % skip == 0:
+            continue
+        rec = RequestRecord(ok=True, started=t, sent=t + lag, ttft=0.05, e2e=life, stamps=[t + 0.05, t + life])
+        recs.append(rec)
+    return recs
+
+
+def _level_of(recs: list[RequestRecord], rate: float, seed: int) -> dict[str, Any]:
+    """The level's summary over the window [10, 30) s, as rate_level stores it."""
+    return {**summarize(recs, 10.0, 30.0, 10, 2), **open_loop_figures(recs, 10.0, 30.0, rate, seed, 0.0)}
+
+
+def test_a_level_that_sent_its_schedule_on_time_is_delivered() -> None:
+    figures = _level_of(_records(40.0, 1, 40.0), 40.0, 1)
+    assert figures["achieved_over_offered"] == 1.0 and not figures["client_bound"]
+    assert figures["offered_rate"] == pytest.approx(40.0, rel=0.15)  # the Poisson draw in 20 s
+    assert figures["achieved_rate"] == figures["offered_rate"]
+    assert figures["completion_rate"] == pytest.approx(figures["offered_rate"], rel=0.05)
+    assert abs(figures["backlog_growth"]) <= figures["backlog_allowance"]
+    assert SloTargets(ttft_p99=1.0).violated(figures) == []
+
+
+def test_a_shortfall_or_a_late_loop_is_client_bound() -> None:
+    short = open_loop_figures(_records(40.0, 1, 40.0, skip=10), 10.0, 30.0, 40.0, 1, 0.0)
+    assert short["achieved_over_offered"] == pytest.approx(0.9, abs=0.02) and short["client_bound"]
+    late = open_loop_figures(_records(40.0, 1, 40.0, lag=2 * SEND_LAG_MAX), 10.0, 30.0, 40.0, 1, 0.0)
+    assert late["achieved_over_offered"] == pytest.approx(1.0, abs=0.02)  # uniformly late: the count is there
+    assert late["send_lag_p99"] == pytest.approx(2 * SEND_LAG_MAX) and late["client_bound"]
+
+
+def test_completions_that_fall_behind_arrivals_break_the_slo() -> None:
+    """A server that completes one request every 50 ms (20/s) under 30 arrivals/s: a queue grows
+    by 10 a second, whatever the latency targets say."""
+    recs = _records(30.0, 2, 40.0)
+    free = 0.0
+    for rec in recs:  # FIFO, one at a time, 50 ms each
+        begin = max(rec.started, free)
+        free = begin + 0.05
+        rec.e2e, rec.ttft = free - rec.started, begin - rec.started + 0.01
+    figures = _level_of(recs, 30.0, 2)
+    assert figures["backlog_growth"] > figures["backlog_allowance"], figures
+    assert figures["completion_rate"] == pytest.approx(20.0, rel=0.05)
+    assert any(b.startswith("backlog grew") for b in LAX.violated(figures)), LAX.violated(figures)
+
+
+def test_a_client_bound_rate_is_never_the_answer() -> None:
+    """A server that holds any rate, senders that deliver only up to 5/s: the answer stays below
+    the first rate they could not send, and the search says the limit was the client's."""
+
+    async def measure(rate: float) -> dict[str, Any]:
+        return {"ttft_p99": 0.1, "itl_p99": 0.01, "error_rate": 0.0, "output_tok_s": 10 * rate, "client_bound": rate > 5,
+                "achieved_over_offered": 1.0 if rate <= 5 else 5 / rate}  # fmt: skip
+
+    found = asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0), SloProbeSpec(mode="rate", start_rate=1.0, max_levels=8)))
+    assert sorted(found.levels) == [1, 2, 4, 5, 5.5, 6, 8] and sorted(found.client_bound) == [5.5, 6, 8]
+    assert found.held == 5 and found.broke is None  # bisected to 10 % below the client's limit, not the server's
+    assert found.stop_reason.startswith("bracketed: 5 requests/s hold the SLO, 5.5 could not be sent (client-bound")
+
+
+@contextmanager
+def _fast_server() -> Iterator[tuple[str, int]]:
+    """The SSE fault server (pre-built events, a listen backlog of 1024): never the bottleneck of
+    an open loop at these rates; (its URL, its pid)."""
+    port = free_port("127.0.0.1", 34000, 200)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/fault/sse_server.py"), "--port", str(port)], start_new_session=True
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                httpx.get(f"{url}/health", timeout=1, trust_env=False)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        yield url, proc.pid
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait()
+
+
+def _level(url: str, rate: float, *, cores: int, seconds: float = 3.0, tokens: int = 64) -> tuple[dict[str, Any], list[int]]:
+    spec = LoadProbeSpec(prompt_tokens=8, output_tokens=tokens, duration=seconds, max_duration=seconds, warmup=1)
+    probe = LoadProbe(spec)
+    server = ServerHandle(url, "m", Capacity())
+
+    async def run() -> tuple[dict[str, Any], list[int]]:
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            prompts = await probe.prompts(client, server)
+        with Senders() as senders:
+            summary = await probe.rate_level(senders, server, prompts, rate, seed=5, cores=cores)
+            return summary, senders.pids()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.integration
+@pytest.mark.quiet  # it measures what one client core delivers: beside other tests the core is shared
+def test_above_one_cores_ceiling_the_level_reaches_the_rate_or_records_its_shortfall() -> None:
+    """Three times one core's planned ceiling from one sender (``cores=1``): the level either
+    delivers (>= 0.97 of its schedule, sends on time) or is recorded client-bound; an SLO search
+    starting there never answers with it. Every sender process is gone afterwards."""
+    rate = 3 * CEILING.rate(64)
+    with _fast_server() as (url, _):
+        summary, pids = _level(url, rate, cores=1)
+        found = asyncio.run(search_rate(_replay(summary), LAX, SloProbeSpec(mode="rate", start_rate=rate, max_levels=2)))
+    delivered, lag = summary["achieved_over_offered"], summary["send_lag_p99"]
+    assert summary["senders"] == 1 and summary["errors"] == 0, summary
+    assert summary["offered_rate"] == pytest.approx(rate, rel=0.15) and summary["rate"] == rate
+    assert summary["achieved_rate"] == pytest.approx(delivered * summary["offered_rate"])
+    assert summary["client_bound"] == (delivered < DELIVERED_MIN or lag > SEND_LAG_MAX), summary
+    if summary["client_bound"]:
+        assert found.held != rate and rate in found.client_bound, found.stop_reason
+    for pid in pids:
+        assert_group_gone(pid)
+
+
+def _replay(first: dict[str, Any]) -> Any:
+    """A measure that answers ``first`` for its rate and a delivered, held level below it."""
+
+    async def measure(rate: float) -> dict[str, Any]:
+        if rate == first["rate"]:
+            return first
+        return {"ttft_p99": 0.1, "error_rate": 0.0, "output_tok_s": rate, "client_bound": False}
+
+    return measure
+
+
+@pytest.mark.integration
+@pytest.mark.quiet  # timing: the sender's delivery is measured
+def test_below_the_ceiling_two_senders_deliver_the_schedule() -> None:
+    """A rate that needs two senders gets two, and together they send the one schedule on time."""
+    rate = 1.5 * CEILING.headroom * CEILING.rate(64)
+    with _fast_server() as (url, _):
+        summary, _ = _level(url, rate, cores=2)
+    assert summary["senders"] == 2, summary
+    assert summary["achieved_over_offered"] >= DELIVERED_MIN and not summary["client_bound"], summary
+    assert summary["errors"] == 0 and summary["output_tok_s"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.quiet
+def test_arrivals_above_a_real_servers_capacity_are_never_held(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
+    """llama-server with 2 slots on one thread completes about 2 requests/s of 48/24 tokens; at 4x
+    that the backlog grows through the window, and the level breaks the SLO on it even where the
+    latency targets would let it pass."""
+    load = LoadProbeSpec(concurrency=[1], prompt_tokens=48, output_tokens=24, duration=6, max_duration=6, warmup=1)
+    probe = LoadProbe(load)
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
+        server.wait_ready()
+        solo = probe.run(handle(server)).details["levels"]["1"]
+        capacity = 2 / solo["e2e_p50"]  # two slots, each a request per lifetime
+
+        async def overload() -> dict[str, Any]:
+            async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
+                prompts = await probe.prompts(client, handle(server))
+            with Senders() as senders:
+                return await probe.rate_level(senders, handle(server), prompts, 4 * capacity, seed=11)
+
+        level = asyncio.run(overload())
+    assert not level["client_bound"], level
+    assert level["completion_rate"] < 0.6 * level["achieved_rate"], level
+    assert level["backlog_growth"] > level["backlog_allowance"], level
+    assert any(b.startswith("backlog grew") for b in LAX.violated(level)), level
