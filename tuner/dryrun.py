@@ -7,13 +7,15 @@ the night's length is estimated from the budget and the engine's typical start."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import optuna
 
 from tuner import engines
 from tuner.objectives import ObjectiveSet
-from tuner.partitions import PartitionPool, make_partitions, trial_size
+from tuner.partitions import Partition, PartitionPool, make_partitions, trial_size
+from tuner.probes import CEILING
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.study import make_sampler
 from tuner.trials import enqueue
@@ -74,6 +76,7 @@ def dry_run(
             f"config {trial.number} ({source}{note}) on {partition.kind} {','.join(map(str, partition.devices))}:",
             f"  {command.shell_line()}",
         ]
+    lines += _open_loop_ceiling(space, partition)
     start = adapter.typical_start_s
     load = space.probes.load
     level = (load.max_duration + 5.0) if load is not None else 20.0
@@ -90,3 +93,20 @@ def dry_run(
         f"and other probes add to it) / {max_parallel} at a time = at least {format_duration(night)}{limit}"
     )
     return lines
+
+
+def _open_loop_ceiling(space: SearchSpace, partition: Partition) -> list[str]:
+    """For an open-loop SLO search: what the client cores a trial's probe runs on can send (the
+    measured per-core ceiling, tuner.probes.CEILING), against the rates the search may ask."""
+    slo, load = space.probes.slo, space.probes.load
+    if slo is None or slo.mode != "rate" or load is None:
+        return []
+    cores = len(partition.client_cpus) or len(os.sched_getaffinity(0))
+    where = "its partition's client cores" if partition.client_cpus else "the cores this process may use"
+    per_core = CEILING.rate(load.output_tokens)
+    asked = f"up to max_rate {slo.max_rate:g}/s" if slo.max_rate else f"from {slo.start_rate:g}/s doubling, no max_rate"
+    return [
+        f"open loop: one client core sends about {per_core:.0f} requests/s of {load.output_tokens}-token streams "
+        f"(docs/measurements.md); {cores} core(s) ({where}): about {cores * per_core:.0f}/s; the search asks {asked}; "
+        "a level the senders cannot deliver is recorded client-bound, never the answer"
+    ]

@@ -221,3 +221,20 @@ def test_dry_run_lays_out_and_renders_without_starting_anything(tmp_path: Path) 
     assert not (tmp_path / "runs").exists()
     bad = tune("run", "--space", "b300", "--dry-run", "--sampler", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_an_open_loop_dry_run_says_what_its_client_cores_can_send(tmp_path: Path) -> None:
+    """A space whose SLO search runs open loop: the dry run prints one core's measured ceiling at
+    the space's stream length and what the cores the probe will use can send."""
+    from tests.conftest import tiny_space
+    from tuner.probes import CEILING
+
+    raw = tiny_space(objectives="goodput-vs-context-rate")
+    raw["probes"]["recall"] = {"lengths": [128], "depths": [0.5]}
+    raw["probes"]["slo"] = {"mode": "rate", "start_rate": 1, "max_rate": 4}
+    (tmp_path / "open.yaml").write_text(yaml.safe_dump(raw))
+    out = tune("run", "--space", str(tmp_path / "open.yaml"), "--dry-run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("open loop: "))
+    assert f"one client core sends about {CEILING.rate(8):.0f} requests/s of 8-token streams" in line, line
+    assert "the search asks up to max_rate 4/s" in line and "client-bound, never the answer" in line
