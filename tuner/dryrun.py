@@ -95,14 +95,15 @@ def dry_run(
     return lines
 
 
-def _open_loop_ceiling(space: SearchSpace, partition: Partition) -> list[str]:
+def _open_loop_ceiling(space: SearchSpace, partition: Partition | None) -> list[str]:
     """For an open-loop SLO search: what the client cores a trial's probe runs on can send (the
     measured per-core ceiling, tuner.probes.CEILING), against the rates the search may ask."""
     slo, load = space.probes.slo, space.probes.load
     if slo is None or slo.mode != "rate" or load is None:
         return []
-    cores = len(partition.client_cpus) or len(os.sched_getaffinity(0))
-    where = "its partition's client cores" if partition.client_cpus else "the cores this process may use"
+    client = partition.client_cpus if partition is not None else ()
+    cores = len(client) or len(os.sched_getaffinity(0))
+    where = "its partition's client cores" if client else "the cores this process may use"
     per_core = CEILING.rate(load.output_tokens)
     asked = f"up to max_rate {slo.max_rate:g}/s" if slo.max_rate else f"from {slo.start_rate:g}/s doubling, no max_rate"
     return [
