@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,10 +135,27 @@ class Export:
         notes = list(self.notes)
         if not self.candidate.revalidated:
             notes.append(f"trial {self.candidate.number} was never re-validated (run `tune validate --study {self.study}`)")
+        notes += self._confirmation_notes()
         notes += [w for w in self.limits.warnings() if "recall was verified" in w or "served" in w]
         if self.limits.queue_unbounded:
             notes.append("its queue is unbounded: under overload requests wait instead of being rejected")
         return notes
+
+    def _confirmation_notes(self) -> list[str]:
+        """An SLO answer from short windows only, or one its long run did not hold, is said so."""
+        if self.space.probes.slo is None:
+            return []
+        found, n = self.candidate.trial.confirmed, self.candidate.number
+        if not found:
+            return [
+                f"trial {n}'s SLO answer is not confirmed: it comes from short windows (`tune validate --study {self.study} "
+                "--confirm` runs it for 10 minutes at that load on a fresh server)"
+            ]
+        if found.get("failure"):
+            return [f"trial {n}'s confirmation run gave no result: {found['failure']}"]
+        if not found.get("held"):
+            return [f"trial {n} did NOT hold the SLO throughout its {found.get('seconds', 0) / 60:.0f}-minute confirmation run"]
+        return []
 
     def figures(self) -> list[str]:
         metrics = self.candidate.trial.metrics
@@ -192,6 +210,7 @@ class Export:
                     "trial": self.candidate.number,
                     "values": dict(zip(self.metric_names, self.candidate.values, strict=False)),
                     "revalidated": self.candidate.revalidated,
+                    "confirmed": _confirmed_summary(self.candidate.trial.confirmed),
                     "limits": self.limits.to_dict(default_contexts(self.limits)),
                     "warnings": self.warnings(),
                 },
@@ -305,3 +324,11 @@ def build_export(
 
 def _engine_secret(name: str) -> bool:
     return name.endswith(("API_KEY", "_TOKEN", "_SECRET"))
+
+
+def _confirmed_summary(found: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What the export says of the pick's long run: its answer, length, verdict, goodput, drift."""
+    if not found:
+        return None
+    keys = ("answer", "seconds", "held", "goodput", "goodput_ci", "drift", "broke", "failure")
+    return {key: found.get(key) for key in keys}

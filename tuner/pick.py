@@ -69,6 +69,9 @@ class Candidate:
         text = f"trial {self.number}: " + ", ".join(parts) + f" ({self.runs} run{'s' if self.runs > 1 else ''})"
         if self.ties:
             text += f"; ties within noise with trial(s) {', '.join(map(str, self.ties))}"
+        if found := self.trial.confirmed:  # its long run at its SLO answer (tuner.confirm)
+            verdict = "no result" if found.get("failure") else "held" if found.get("held") else "NOT held"
+            text += f"; confirmed: {verdict} over {found.get('seconds', 0.0) / 60:.0f} min at its SLO answer"
         return text
 
 

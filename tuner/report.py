@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner.confirmed import describe as describe_confirmation
 from tuner.exceptions import ConfigError
 from tuner.export import build_export
 from tuner.gain import gains
@@ -139,6 +140,11 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
             "",
             f"trial {chosen.candidate.number}" + (" (re-validated)" if chosen.candidate.revalidated else " (not re-validated)"),
             "",
+            *(
+                [*describe_confirmation(found, chosen.candidate.number), ""]
+                if (found := chosen.candidate.trial.confirmed)
+                else []
+            ),
             "```",
             chosen.render("cmd").strip(),
             "```",

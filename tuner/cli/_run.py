@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -14,6 +15,8 @@ from tuner import space as spaces
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
+from tuner.confirm import MARGIN_S, answer_of, confirm
+from tuner.confirmed import describe as describe_confirmation
 from tuner.credentials import mask
 from tuner.devices import GpuHygiene
 from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
@@ -23,7 +26,7 @@ from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
 from tuner.lock import StudyLock
 from tuner.partitions import make_partitions
-from tuner.pick import candidates, pareto_front, signs
+from tuner.pick import candidates, pareto_front, pick, signs
 from tuner.progress import describe
 from tuner.screen import screen_for
 from tuner.study import open_study
@@ -114,6 +117,7 @@ def _run_locked(
     the_space, path, the_study, objective, run_dir, name, budget, limit, executor, ray_address, no_screen, no_remeasure, lock
 ) -> None:
     """The run itself, while this process holds the study (recovery must never touch another run's servers)."""
+    began = time.monotonic()
     engines.get(the_space.engine).provision(progress_bar)
     ledger = Ledger(run_dir.root / "servers")
     echo(f"study {name}: {path} ({the_space.engine}), {budget} trials, objectives {objective.metric_names}")
@@ -170,6 +174,16 @@ def _run_locked(
         summary = _search(driver, the_study, the_space, objective, run_dir, plan, budget)
         if plan is not None and not driver.stop_requested:
             _remeasure_front(the_study, the_space, objective, run_dir, driver.scheduler, plan, budget)
+        if plan is not None and plan.confirm and not driver.stop_requested:
+            _confirm(
+                the_study,
+                the_space,
+                run_dir,
+                runner,
+                ledger,
+                plan.confirm,
+                None if limit is None else limit - (time.monotonic() - began),
+            )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -227,6 +241,26 @@ def _remeasure_front(study, space, objective, run_dir, scheduler, plan, budget) 
         echo(f"race: the pick and the configs it ties with, once more each per round (at most {plan.race} launches)")
         used = race(study, space, objective, run_dir, scheduler, budget=plan.race, on_run=_remeasured)
         echo(f"  {used} launch(es) spent breaking ties")
+
+
+def _confirm(study, space, run_dir, runner, ledger, seconds: float, left: float | None) -> None:
+    """The pick once more, long, at its SLO answer on a fresh server (remeasure.confirm), when the
+    run's time budget still holds it; said in one line when it does not."""
+    need = seconds + space.server.startup_timeout + MARGIN_S
+    if left is not None and left < need:
+        echo(f"\nconfirm: skipped, {format_duration(max(left, 0))} of the run's timeout left, {format_duration(need)} needed")
+        return
+    try:
+        chosen = pick(study, "knee")
+        answer = answer_of(space, chosen.trial)
+    except ConfigError as exc:
+        echo(f"\nconfirm: skipped, {exc}")
+        return
+    at = f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer['rate']:g} requests/s"
+    echo(f"\nconfirm: the pick (trial {chosen.number}) at {at} for {format_duration(seconds)} on a fresh server")
+    found = confirm(study, space, run_dir, runner, seconds=seconds, ledger=ledger)
+    for line in describe_confirmation(found.to_dict(), found.trial):
+        echo(f"  {line}")
 
 
 def _remeasured(label: str, repeat: int, text: str) -> None:

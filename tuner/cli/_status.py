@@ -9,6 +9,7 @@ import optuna
 import typer
 
 from tuner.cli._common import echo, echo_table, open_existing, terminal_width
+from tuner.confirmed import describe as describe_confirmation
 from tuner.gain import gains
 from tuner.lock import stale_running
 from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
@@ -68,6 +69,12 @@ def print_best(study: optuna.Study) -> None:
     echo(f"pick (knee): {chosen.describe(names)}")
     if (load := slo_load(chosen.trial.metrics)) is not None:
         echo(f"  {load}")
+        found = chosen.trial.confirmed
+        echo(
+            f"  {describe_confirmation(found, chosen.number)[0]}"
+            if found
+            else "  not confirmed by a long run (tune validate --confirm)"
+        )
     for line in gain_lines(study):
         echo(line)
 
@@ -77,7 +84,15 @@ def slo_load(metrics: Mapping[str, float]) -> str | None:
     if "slo.rate" in metrics:  # open loop
         rate = metrics["slo.rate"]
         broke = f", {metrics['slo.rate_violated']:.3g} break it" if "slo.rate_violated" in metrics else ""
-        return f"within the SLO: {rate:.3g} requests/s (Poisson arrivals){broke}" if rate else "within the SLO: no request rate"
+        if "slo.rate_client_bound" in metrics:
+            broke += f"; {metrics['slo.rate_client_bound']:.3g} could not be sent (client-bound)"
+        if not rate:
+            return "within the SLO: no request rate" + broke
+        sent = ""
+        if "slo.achieved_over_offered" in metrics:
+            done = f", {metrics['slo.completion_rate']:.3g}/s completed" if "slo.completion_rate" in metrics else ""
+            sent = f"; {metrics['slo.achieved_over_offered']:.1%} of the schedule sent{done}"
+        return f"within the SLO: {rate:.3g} requests/s (Poisson arrivals, open loop{sent}){broke}"
     if "slo.concurrency" not in metrics:
         return None
     n = int(metrics["slo.concurrency"])

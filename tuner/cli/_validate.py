@@ -1,4 +1,5 @@
-"""`tune validate`: re-run the top configs on fresh servers; the pick then uses mean values."""
+"""`tune validate`: re-run the top configs on fresh servers; the pick then uses mean values.
+With ``--confirm``: run the pick once, long, at its SLO answer instead (tuner.confirm)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,14 @@ import typer
 
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, open_existing, stored_objective_set, stored_space
+from tuner.confirm import answer_of
+from tuner.confirm import confirm as confirm_pick
+from tuner.confirmed import describe as describe_confirmation
+from tuner.exceptions import ConfigError
 from tuner.executors import InlineExecutor
 from tuner.lock import StudyLock
 from tuner.pick import objective_metrics, pick
+from tuner.units import format_duration, parse_duration
 from tuner.validate import revalidate
 
 
@@ -17,12 +23,20 @@ def validate(
     storage: str = typer.Option(None, "--storage", help="Optuna storage URL (default: runs/<study>/study.db)"),
     top: int = typer.Option(3, "--top", min=1, help="how many of the best configs"),
     repeats: int = typer.Option(2, "--repeats", min=1, help="fresh servers per config"),
+    confirm: bool = typer.Option(False, "--confirm", help="run the pick long at its SLO answer on a fresh server instead"),
+    seconds: str = typer.Option("10m", "--seconds", help="with --confirm: how long (default 10m, MLPerf's minimum run)"),
+    how: str = typer.Option("knee", "--pick", help="with --confirm: which pick (knee, max-throughput, max-context, ...)"),
 ) -> None:
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
     the_study = open_existing(study, storage)
     objective = stored_objective_set(the_study)
     with StudyLock(RunDir.for_study(the_study.study_name).root / "run.lock", the_study.study_name) as lock:
         lock.lease(the_study)
+        if confirm:
+            found = run_confirmation(the_study, stored_space(the_study), seconds=_seconds(seconds), how=how)
+            for line in describe_confirmation(found.to_dict(), found.trial):
+                echo(line)
+            return
         results = _revalidate(the_study, objective, top, repeats)
     echo("")
     names = objective_metrics(the_study)
@@ -52,3 +66,19 @@ def _revalidate(study, objective, top: int, repeats: int):
         repeats=repeats,
         on_run=lambda label, r, text: echo(f"{label} run {r + 1}/{repeats}: {text}"),
     )
+
+
+def _seconds(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"--seconds: {exc}") from None
+
+
+def run_confirmation(study, space, *, seconds: float, how: str):
+    """The pick at its SLO answer for ``seconds`` on a fresh server, run here (inline)."""
+    chosen = pick(study, how)
+    answer = answer_of(space, chosen.trial)
+    at = f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer['rate']:g} requests/s"
+    echo(f"confirm: trial {chosen.number} at {at} for {format_duration(seconds)} on a fresh server")
+    return confirm_pick(study, space, RunDir.for_study(study.study_name), InlineExecutor(), seconds=seconds, how=how)

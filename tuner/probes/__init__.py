@@ -1,6 +1,6 @@
 """Probes measure a running server: load (throughput, latency), SLO (the largest load within the
 objective set's SLO), recall (effective context), served context, overload (what a burst beyond
-capacity meets)."""
+capacity meets), confirm (one long run at an SLO answer)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import CEILING, Senders
+from tuner.probes.confirm import ConfirmProbe
 from tuner.probes.load import LoadProbe
 from tuner.probes.overload import OverloadProbe
 from tuner.probes.recall import RecallProbe
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CEILING",
+    "ConfirmProbe",
     "LoadProbe",
     "OverloadProbe",
     "Probe",
@@ -31,7 +33,9 @@ __all__ = [
     "metric_names",
 ]
 
-_PROBES: dict[str, type[Probe]] = {p.name: p for p in (LoadProbe, SloProbe, RecallProbe, ServedContextProbe, OverloadProbe)}
+_PROBES: dict[str, type[Probe]] = {
+    p.name: p for p in (LoadProbe, SloProbe, RecallProbe, ServedContextProbe, OverloadProbe, ConfirmProbe)
+}
 CAPACITY_METRICS = {"capacity.kv_tokens", "capacity.max_running_requests", "capacity.context_per_request"}
 
 

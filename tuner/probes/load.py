@@ -141,8 +141,16 @@ class LoadProbe(Probe):
         return url, with_prompt(body, self.spec.api, prompt), headers
 
     async def level(
-        self, client: httpx.AsyncClient, server: ServerHandle, prompt: Callable[[int], str], concurrency: int
+        self,
+        client: httpx.AsyncClient,
+        server: ServerHandle,
+        prompt: Callable[[int], str],
+        concurrency: int,
+        *,
+        slice_s: float | None = None,
     ) -> dict[str, Any]:
+        """One closed-loop level (see the class); ``slice_s``: also the figures of each slice of
+        the window that long (``slices``), as a long confirmation run reports them per minute."""
         spec = self.spec
         records: list[RequestRecord] = []
         finished = [0] * concurrency
@@ -179,7 +187,7 @@ class LoadProbe(Probe):
             await stop_clients(tasks, grace=spec.request_timeout)
 
         late = f"level {concurrency}: warmup did not complete a full wave in time; measuring anyway"
-        summary = await self._window(records, stop, warmed, late)
+        summary = await self._window(records, stop, warmed, late, slice_s=slice_s)
         summary["warmup_s"] = summary["window_at"][0] - began
         after = await prefix_cache_counters(client, server)
         if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
@@ -196,6 +204,7 @@ class LoadProbe(Probe):
         seed: int = 0,
         *,
         cores: int | None = None,
+        slice_s: float | None = None,
     ) -> dict[str, Any]:
         """Open loop: requests arrive as a Poisson process of ``rate`` per second, each on its own
         (no client waits for another, so a server that falls behind queues them), as production
@@ -207,7 +216,9 @@ class LoadProbe(Probe):
         wait on their sender, as in a gateway's queue, their wait part of their TTFT. Beside the
         closed loop's figures the level stores what was asked and what was delivered
         (:func:`open_loop_figures`): ``client_bound`` when the senders fell short of the schedule.
-        ``cores``: the client cores to plan senders for (default: those this process may use)."""
+        ``cores``: the client cores to plan senders for (default: those this process may use);
+        ``slice_s``: also each slice's figures (``slices``), the open loop's delivery and backlog
+        among them."""
         spec = self.spec
         records: list[RequestRecord] = []
         ended = [0]
@@ -235,9 +246,11 @@ class LoadProbe(Probe):
         )  # fmt: skip
         level = await senders.start(plan, count, records, on_end)
         late = f"rate {rate:.3g}/s: no request ended in time; measuring anyway"
-        summary = await self._window(records, lambda: level.stop(spec.request_timeout), warmed, late)
+        summary = await self._window(records, lambda: level.stop(spec.request_timeout), warmed, late, slice_s=slice_s)
         self._requests = itertools.count(first + level.arrivals + 1)
         start, end = summary["window_at"]
+        for part in summary.get("slices", ()):
+            part.update(open_loop_figures(records, part["window_at"][0], part["window_at"][1], rate, seed, level.t0))
         summary.update(
             warmup_s=start - level.t0,
             in_flight_cap=cap,
@@ -249,11 +262,18 @@ class LoadProbe(Probe):
         return summary
 
     async def _window(
-        self, records: list[RequestRecord], stop: Callable[[], Awaitable[None]], warmed: asyncio.Event, late: str
+        self,
+        records: list[RequestRecord],
+        stop: Callable[[], Awaitable[None]],
+        warmed: asyncio.Event,
+        late: str,
+        *,
+        slice_s: float | None = None,
     ) -> dict[str, Any]:
         """A level's window, closed or open loop: wait for ``warmed`` (``late`` is logged when it
-        takes longer than the warm-up may), measure, ``stop`` the level's clients, and summarize.
-        ``window_at`` is in perf_counter time: telemetry slices by it."""
+        takes longer than the warm-up may), measure, ``stop`` the level's clients, and summarize
+        (with ``slice_s``: each slice of the window that long too, in ``slices``). ``window_at``
+        is in perf_counter time: telemetry slices by it."""
         spec = self.spec
         try:
             try:
@@ -266,6 +286,11 @@ class LoadProbe(Probe):
             await stop()
         summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
         summary.update(ci_target_met=ci, window_at=[start, end])
+        if slice_s:
+            summary["slices"] = [
+                {**_slice_figures(summarize(records, a, b, 2, spec.output_tokens, self._asked_prompt)), "window_at": [a, b]}
+                for a, b in _slices(start, end, slice_s)
+            ]
         return summary
 
     async def _measure(self, records: list[RequestRecord], start: float) -> tuple[float, bool]:
@@ -460,6 +485,22 @@ def open_loop_figures(
 
 def _p99(values: list[float]) -> float:
     return float(percentiles(values, [99])[99] or 0.0)
+
+
+SLICE_FIGURES = ("output_tok_s", "requests", "ttft_p99", "itl_p99", "tpot_p99", "error_rate", "waiting", "ttft_p99_censored")
+
+
+def _slice_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    return {m: summary.get(m) for m in SLICE_FIGURES}
+
+
+def _slices(start: float, end: float, step: float) -> list[tuple[float, float]]:
+    """``[start, end)`` in slices of ``step`` seconds; a last one under half a step joins the one before."""
+    bounds = [start]
+    while bounds[-1] + step < end - step / 2:
+        bounds.append(bounds[-1] + step)
+    bounds.append(end)
+    return list(itertools.pairwise(bounds))
 
 
 def in_flight_cap(capacity: Capacity, tokens_per_request: int) -> int:

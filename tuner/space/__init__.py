@@ -6,6 +6,7 @@ from tuner.space._suggest import suggest, violated_constraints
 from tuner.space.schema import (
     Budget,
     CategoricalParam,
+    ConfirmProbeSpec,
     FloatParam,
     Hardware,
     IntParam,
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_SPACE",
     "Budget",
     "CategoricalParam",
+    "ConfirmProbeSpec",
     "Constraint",
     "FloatParam",
     "Hardware",

@@ -138,18 +138,23 @@ def _cross_check(space: SearchSpace, source: str) -> SearchSpace:
 
 
 def _slo_targets(space: SearchSpace, objective: objectives.ObjectiveSet, source: str) -> SearchSpace:
-    """The SLO is written once, in the objective set: the space's SLO probe gets its targets here
-    (and keeps them in the study's stored space); a space that states other targets is refused."""
-    spec = space.probes.slo
-    if spec is None:
+    """The SLO is written once, in the objective set: the space's SLO and confirmation probes get
+    their targets here (and keep them in the study's stored space); a space that states other
+    targets is refused."""
+    update = {}
+    for key in ("slo", "confirm"):
+        spec = getattr(space.probes, key)
+        if spec is None:
+            continue
+        if objective.slo is None:
+            raise SpaceError(
+                source, f"probes.{key}", f"objective set {objective.name!r} states no slo (ttft_p99, itl_p99, tpot_p99) to hold"
+            )
+        if spec.targets is not None and spec.targets != objective.slo:
+            raise SpaceError(
+                source, f"probes.{key}.targets", f"differ from objective set {objective.name!r}'s slo: write the SLO once, there"
+            )
+        update[key] = spec.model_copy(update={"targets": objective.slo})
+    if not update:
         return space
-    if objective.slo is None:
-        raise SpaceError(
-            source, "probes.slo", f"objective set {objective.name!r} states no slo (ttft_p99, itl_p99, tpot_p99) to hold"
-        )
-    if spec.targets is not None and spec.targets != objective.slo:
-        raise SpaceError(
-            source, "probes.slo.targets", f"differ from objective set {objective.name!r}'s slo: write the SLO once, there"
-        )
-    probes = space.probes.model_copy(update={"slo": spec.model_copy(update={"targets": objective.slo})})
-    return space.model_copy(update={"probes": probes})
+    return space.model_copy(update={"probes": space.probes.model_copy(update=update)})

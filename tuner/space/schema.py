@@ -13,6 +13,7 @@ from tuner.units import parse_bytes, parse_duration
 __all__ = [
     "Budget",
     "CategoricalParam",
+    "ConfirmProbeSpec",
     "FloatParam",
     "Hardware",
     "IntParam",
@@ -324,12 +325,39 @@ class SloProbeSpec(_ProbeSpec):
     targets: SloTargets | None = None
 
 
+class ConfirmProbeSpec(_ProbeSpec):
+    """One long level at a config's SLO answer (see probes.confirm): ``concurrency`` clients
+    (closed loop) or Poisson arrivals at ``rate`` per second (open loop), with ``load``'s workload,
+    for ``duration`` (default 10 minutes, MLPerf LoadGen's minimum run), figures per ``slice``
+    (default a minute) against ``targets``. `tune validate --confirm` and the end of `tune run`
+    (``remeasure.confirm``) build it from the pick; a space may state one too."""
+
+    concurrency: int | None = Field(None, ge=1)
+    rate: float | None = Field(None, gt=0)
+    duration: float = Field(600.0, gt=0)
+    slice: float = Field(60.0, gt=0)
+    load: LoadProbeSpec = Field(default_factory=LoadProbeSpec)
+    targets: SloTargets | None = None
+
+    @field_validator("duration", "slice", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> ConfirmProbeSpec:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("a confirmation runs at one answer: give concurrency or rate, not both")
+        return self
+
+
 class ProbesSpec(_Strict):
     load: LoadProbeSpec | None = Field(default_factory=LoadProbeSpec)
     recall: RecallProbeSpec | None = None
     served: ServedContextProbeSpec | None = None
     overload: OverloadProbeSpec | None = None
     slo: SloProbeSpec | None = None
+    confirm: ConfirmProbeSpec | None = None
 
 
 class Budget(_Strict):
@@ -371,7 +399,9 @@ class RemeasureSpec(_Strict):
     (drift while the study runs), then the ``top`` front candidates and
     the reference ``repeats`` times each at the end, interleaved; then, with ``race``, the pick
     and the configs it ties with once more each, round by round, until the tie resolves or
-    ``race`` launches are spent. ``share`` caps the launches before the race at that fraction of
+    ``race`` launches are spent; then, with ``confirm`` (seconds, e.g. ``10m``) and an SLO probe,
+    the pick once more on a fresh server for that long at its SLO answer (tuner.confirm), when the
+    run's time budget still allows it. ``share`` caps the launches before the race at that fraction of
     the trial budget (the top candidates are cut first)."""
 
     enabled: bool = True
@@ -381,6 +411,12 @@ class RemeasureSpec(_Strict):
     top: int = Field(3, ge=1)
     repeats: int = Field(1, ge=1)
     race: int = Field(0, ge=0, description="more launches, at most, to break the pick's ties (the tied configs only)")
+    confirm: float = Field(0.0, ge=0, description="seconds of one long run of the pick at its SLO answer at the end (0: off)")
+
+    @field_validator("confirm", mode="before")
+    @classmethod
+    def _confirm_seconds(cls, v: Any) -> float:
+        return 0.0 if v in (None, 0, False) else parse_duration(v)
 
     def pauses(self, trials: int) -> list[int]:
         """Finished-trial counts after which the reference runs again (on a fresh server)."""

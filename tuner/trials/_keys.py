@@ -9,6 +9,7 @@ SPACE_FILE = "tuner.space_file"
 OBJECTIVES = "tuner.objectives"
 NOISE = "noise"
 REVALIDATED = "revalidated"  # "revalidated.<trial number>"
+CONFIRMED = "confirmed"  # "confirmed.<trial number>": its long run at its SLO answer (tuner.confirm)
 LEASE = "tuner.run_lease"
 
 # trial-level: what it measured (a verdict)

@@ -77,9 +77,12 @@ class TrialRecord:
     launched_at: float | None = None
     node: str | None = None
     revalidated: Mapping[str, Any] | None = None
+    confirmed: Mapping[str, Any] | None = None  # its long run at its SLO answer (tuner.confirm), when any
 
     @classmethod
-    def of(cls, trial: FrozenTrial, revalidated: Mapping[str, Any] | None = None) -> TrialRecord:
+    def of(
+        cls, trial: FrozenTrial, revalidated: Mapping[str, Any] | None = None, confirmed: Mapping[str, Any] | None = None
+    ) -> TrialRecord:
         a = trial.user_attrs
         return cls(
             number=trial.number,
@@ -108,6 +111,7 @@ class TrialRecord:
             launched_at=a.get(k.LAUNCHED_AT),
             node=a.get(k.NODE),
             revalidated=revalidated,
+            confirmed=confirmed,
         )
 
     @property
@@ -184,6 +188,7 @@ class StudyRecord:
     revalidated: Mapping[int, Mapping[str, Any]]
     lease: Mapping[str, Any] | None
     trials: tuple[TrialRecord, ...] = ()
+    confirmed: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
 
     def trial(self, number: int) -> TrialRecord | None:
         return next((t for t in self.trials if t.number == number), None)
@@ -192,8 +197,9 @@ class StudyRecord:
         return [t for t in self.trials if t.state in states]
 
 
-def _revalidated(attrs: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
-    prefix = f"{k.REVALIDATED}."
+def _per_trial(attrs: Mapping[str, Any], key: str) -> dict[int, Mapping[str, Any]]:
+    """The study attrs ``<key>.<trial number>``, by trial number."""
+    prefix = f"{key}."
     return {
         int(key[len(prefix) :]): value for key, value in attrs.items() if key.startswith(prefix) and key[len(prefix) :].isdigit()
     }
@@ -202,7 +208,8 @@ def _revalidated(attrs: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
 def read_study(study: optuna.Study, *, states: Sequence[TrialState] | None = None, trials: bool = True) -> StudyRecord:
     """The study's attrs and its trials (those in ``states``, default all; none without ``trials``), read once."""
     attrs = study.user_attrs
-    revalidated = _revalidated(attrs)
+    revalidated = _per_trial(attrs, k.REVALIDATED)
+    confirmed = _per_trial(attrs, k.CONFIRMED)
     frozen = study.get_trials(deepcopy=False, states=tuple(states) if states is not None else None) if trials else []
     lease = attrs.get(k.LEASE)
     return StudyRecord(
@@ -216,7 +223,8 @@ def read_study(study: optuna.Study, *, states: Sequence[TrialState] | None = Non
         noise=attrs.get(k.NOISE) or {},
         revalidated=revalidated,
         lease=lease if isinstance(lease, dict) and lease else None,
-        trials=tuple(TrialRecord.of(t, revalidated.get(t.number)) for t in frozen),
+        trials=tuple(TrialRecord.of(t, revalidated.get(t.number), confirmed.get(t.number)) for t in frozen),
+        confirmed=confirmed,
     )
 
 

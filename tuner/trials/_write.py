@@ -36,6 +36,7 @@ __all__ = [
     "mark_launched",
     "requeue",
     "running_trial",
+    "save_confirmation",
     "save_noise",
     "save_revalidation",
     "state_for",
@@ -294,6 +295,11 @@ def save_noise(study: optuna.Study, noise: Mapping[str, Any]) -> None:
 def save_revalidation(study: optuna.Study, number: int, data: Mapping[str, Any]) -> None:
     """Trial ``number``'s runs on fresh servers (Optuna forbids changing a finished trial: kept on the study)."""
     study.set_user_attr(f"{k.REVALIDATED}.{number}", dict(data))
+
+
+def save_confirmation(study: optuna.Study, number: int, data: Mapping[str, Any]) -> None:
+    """Trial ``number``'s long run at its SLO answer on a fresh server (tuner.confirm)."""
+    study.set_user_attr(f"{k.CONFIRMED}.{number}", dict(data))
 
 
 def write_lease(study: optuna.Study, holder: Mapping[str, Any]) -> None:

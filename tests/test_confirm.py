@@ -1,0 +1,125 @@
+"""The long confirmation of the pick: one run at its SLO answer on a fresh server, the SLO checked
+over the whole run and in every slice, its drift, stored with the trial and shown by status,
+export and report; a run that breaks the SLO in one slice did not hold it throughout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from tests.conftest import tiny_space
+from tuner.probes.confirm import drift, verdict
+from tuner.space import ConfirmProbeSpec, LoadProbeSpec, SloTargets
+
+TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.1)
+
+
+def _summary(slices: list[dict[str, Any]], **whole: Any) -> dict[str, Any]:
+    parts = [{"window_at": [10.0 * i, 10.0 * (i + 1)], **s} for i, s in enumerate(slices)]
+    figures = {"output_tok_s": 100.0, "output_tok_s_ci": 5.0, "ttft_p99": 0.5, "itl_p99": 0.05, "error_rate": 0.0}
+    return {**figures, "window_s": 10.0 * len(slices), "window_at": [0.0, 10.0 * len(slices)], **whole, "slices": parts}
+
+
+def test_one_slice_over_the_slo_means_it_did_not_hold_throughout() -> None:
+    spec = ConfirmProbeSpec(concurrency=8, duration=30, slice=10, targets=TARGETS)
+    good = {"output_tok_s": 100.0, "ttft_p99": 0.4, "itl_p99": 0.05, "error_rate": 0.0}
+    held = verdict(spec, _summary([good, good, good]))
+    assert held.metrics["held"] == 1.0 and held.metrics["slices"] == 3 and held.metrics["slices_broken"] == 0
+    spike = {**good, "ttft_p99": 1.6}
+    broke = verdict(spec, _summary([good, spike, good]))  # the whole run's p99 still passes
+    assert broke.metrics["held"] == 0.0 and broke.metrics["slices_broken"] == 1
+    assert broke.details["broke"] == [] and broke.details["slices"][1]["broke"] == ["ttft_p99 1.6 > 1"]
+    assert broke.details["slices"][1]["from_s"] == 10.0
+
+
+def test_an_open_loop_run_its_senders_could_not_deliver_confirms_nothing() -> None:
+    spec = ConfirmProbeSpec(rate=50.0, duration=20, slice=10, targets=TARGETS)
+    good = {"output_tok_s": 100.0, "ttft_p99": 0.4, "itl_p99": 0.05, "error_rate": 0.0, "client_bound": False}
+    short = verdict(spec, _summary([good, {**good, "client_bound": True}], client_bound=True, achieved_over_offered=0.9))
+    assert short.metrics["held"] == 0.0 and short.metrics["achieved_over_offered"] == 0.9
+    assert short.details["broke"][0].startswith("client-bound: the senders released 90.0%")
+
+
+def test_drift_is_the_trend_across_the_run() -> None:
+    assert drift([100.0, 100.0, 100.0]) == 0.0
+    assert drift([100.0, 95.0, 90.0, 85.0]) == pytest.approx(-15 / 92.5)
+
+
+def test_a_confirmation_answers_one_load() -> None:
+    with pytest.raises(ValueError, match="give concurrency or rate"):
+        ConfirmProbeSpec(concurrency=4, rate=2.0, load=LoadProbeSpec())
+
+
+LAX = {
+    "name": "lax-slo",
+    "description": "goodput within a lax SLO (the tests' tiny CPU server)",
+    "slo": {"ttft_p99": 60.0, "itl_p99": 10.0, "error_rate": 0},
+    "objectives": [{"metric": "slo.goodput", "direction": "maximize", "role": "throughput"}],
+    "constraints": ["slo.concurrency >= 1"],
+}
+
+
+def _tune(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args], cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+    )  # fmt: skip
+
+
+@pytest.mark.integration
+def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_command_says_so(
+    tmp_path: Path, llama_server: Path
+) -> None:
+    """A real tiny tune with an SLO probe (answer: 2 clients, the spec's bound), then `tune
+    validate --confirm` for 6 s in 2-s slices on a fresh llama-server: held, three slices, stored
+    on the study; status and the report name it, export no longer warns that it is unconfirmed."""
+    (tmp_path / "objectives").mkdir()
+    (tmp_path / "objectives" / "lax-slo.yaml").write_text(yaml.safe_dump(LAX))
+    raw = tiny_space(objectives="lax-slo")
+    raw["probes"]["slo"] = {"max_concurrency": 2, "max_levels": 2}
+    raw["remeasure"] = {"enabled": False}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    ran = _tune(tmp_path, "run", "--space", "c.yaml", "--study", "c", "--executor", "inline")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    before = _tune(tmp_path, "export", "--study", "c")
+    assert "SLO answer is not confirmed" in before.stderr, before.stderr
+    out = _tune(tmp_path, "validate", "--study", "c", "--confirm", "--seconds", "6s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "confirm: trial 0 at 2 clients for 6s on a fresh server" in out.stdout, out.stdout
+    assert "held the SLO throughout" in out.stdout and out.stdout.count("  from ") == 3, out.stdout
+    study = optuna.load_study(study_name="c", storage=f"sqlite:///{tmp_path}/runs/c/study.db")
+    found = study.user_attrs["confirmed.0"]
+    assert found["held"] is True and found["answer"] == {"concurrency": 2.0} and len(found["slices"]) == 3
+    assert found["goodput"] > 0 and found["seconds"] == pytest.approx(6.0, abs=1.0)
+    assert (tmp_path / "runs/c/confirm/trial0-0/server.log").exists()
+    status = _tune(tmp_path, "status", "--study", "c")
+    assert "confirmed: held over 0 min at its SLO answer" in status.stdout and "confirmation of trial 0" in status.stdout
+    after = _tune(tmp_path, "export", "--study", "c", "--format", "json")
+    assert "not confirmed" not in after.stderr and '"held": true' in after.stdout, after.stderr
+
+
+@pytest.mark.integration
+def test_the_end_of_a_run_confirms_the_pick_when_its_budget_allows(tmp_path: Path, llama_server: Path) -> None:
+    """`remeasure.confirm`: after the search the pick runs again, long, at its answer; a run whose
+    timeout leaves too little says so in one line instead."""
+    (tmp_path / "objectives").mkdir()
+    (tmp_path / "objectives" / "lax-slo.yaml").write_text(yaml.safe_dump(LAX))
+    raw = tiny_space(objectives="lax-slo")
+    raw["probes"]["slo"] = {"max_concurrency": 2, "max_levels": 2}
+    raw["remeasure"] = {"reference_runs": 0, "confirm": "3s"}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(raw))
+    ran = _tune(tmp_path, "run", "--space", "e.yaml", "--study", "e", "--executor", "inline")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "confirm: the pick (trial 0) at 2 clients for 3s on a fresh server" in ran.stdout, ran.stdout
+    study = optuna.load_study(study_name="e", storage=f"sqlite:///{tmp_path}/runs/e/study.db")
+    assert study.user_attrs["confirmed.0"]["held"] is True, study.user_attrs["confirmed.0"]
+    raw["budget"] = {"trials": 2, "timeout": "20s"}  # resumed for one more trial: 20 s leave no room for 3 s + start + margin
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(raw))
+    again = _tune(tmp_path, "run", "--space", "e.yaml", "--study", "e", "--executor", "inline", "--force")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "confirm: skipped, " in again.stdout and "of the run's timeout left" in again.stdout, again.stdout

@@ -1,0 +1,166 @@
+"""A long confirmation of the pick: short probes to search, one long run to confirm.
+
+The pick's SLO answer (N clients, or R requests/s open loop) came from windows of seconds on the
+server of its own trial. Here the pick runs once more, on a fresh server, at that answer for a
+long time (default 10 minutes: MLPerf LoadGen's minimum run length), through the same scheduler
+as every other run (GPU hygiene, a time limit, a stop that ends it). What it found
+(:class:`Confirmation`: held throughout or not, p99s per minute, drift, the goodput with its CI
+beside the short probe's) is stored with the trial (``confirmed.<n>``); status, pareto, report
+and export mark a confirmed pick, and export says when it exports one that is not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from tuner.artifacts import RunDir
+from tuner.exceptions import ConfigError, TunerError
+from tuner.executors import Executor
+from tuner.ledger import Ledger
+from tuner.pick import pick
+from tuner.records import TrialOutcome
+from tuner.scheduler import Scheduler
+from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
+from tuner.trials import TrialRecord, save_confirmation
+
+__all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm", "confirmation_space"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SECONDS = 600.0  # MLPerf LoadGen's minimum run length
+MARGIN_S = 120.0  # beyond the start and the run: prompts, warm-up, the stop
+SLICE_S = 60.0  # the SLO is checked per minute of the run
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The pick's long run: ``held`` when the whole run and every slice kept the SLO."""
+
+    trial: int
+    answer: Mapping[str, float]  # {"concurrency": N} or {"rate": R}
+    seconds: float
+    held: bool
+    goodput: float
+    goodput_ci: float | None
+    short_goodput: float | None  # the SLO probe's, at the same answer
+    short_ci: float | None
+    drift: float
+    broke: tuple[str, ...]
+    slices: tuple[Mapping[str, Any], ...] = ()
+    failure: str | None = None
+    at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": dict(self.answer),
+            "seconds": self.seconds,
+            "held": self.held,
+            "goodput": self.goodput,
+            "goodput_ci": self.goodput_ci,
+            "short_goodput": self.short_goodput,
+            "short_ci": self.short_ci,
+            "drift": self.drift,
+            "broke": list(self.broke),
+            "slices": [dict(s) for s in self.slices],
+            "failure": self.failure,
+            "at": self.at,
+        }
+
+
+def answer_of(space: SearchSpace, trial: TrialRecord) -> dict[str, float]:
+    """The trial's SLO answer: {"concurrency": N} (closed loop) or {"rate": R} (open loop)."""
+    slo = space.probes.slo
+    if slo is None:
+        raise ConfigError("confirm: the space has no SLO probe, so its pick has no answer (N clients or R/s) to confirm")
+    key = "rate" if slo.mode == "rate" else "concurrency"
+    value = trial.metrics.get(f"slo.{key}")
+    if not value:
+        raise ConfigError(f"confirm: trial {trial.number} held the SLO at no load (slo.{key} = {value}): nothing to confirm")
+    return {key: float(value)}
+
+
+def confirmation_space(space: SearchSpace, answer: Mapping[str, float], seconds: float) -> SearchSpace:
+    """``space`` with one probe: the long run at ``answer``, with the space's load workload and SLO,
+    checked per minute (per third of a run shorter than three minutes)."""
+    slo, load = space.probes.slo, space.probes.load
+    assert slo is not None
+    spec = ConfirmProbeSpec(
+        concurrency=int(answer["concurrency"]) if "concurrency" in answer else None,
+        rate=answer.get("rate"),
+        duration=seconds,
+        slice=min(SLICE_S, seconds / 3),  # a minute; a short run still gets three slices
+        load=load if load is not None else LoadProbeSpec(),
+        targets=slo.targets,
+    )
+    return space.model_copy(update={"probes": ProbesSpec(load=None, confirm=spec)})
+
+
+def confirm(
+    study: optuna.Study,
+    space: SearchSpace,
+    run_dir: RunDir,
+    runner: Executor,
+    *,
+    seconds: float = DEFAULT_SECONDS,
+    how: str = "knee",
+    ledger: Ledger | None = None,
+) -> Confirmation:
+    """Run the ``how`` pick at its SLO answer on a fresh server for ``seconds``; store and return it."""
+    chosen = pick(study, how)
+    answer = answer_of(space, chosen.trial)
+    derived = confirmation_space(space, answer, seconds)
+    limit = seconds + space.server.startup_timeout + MARGIN_S
+    scheduler = Scheduler(derived, runner, ledger or Ledger(run_dir.root / "servers"), time_limit=limit)
+    folder = run_dir.root / "confirm"
+    where = folder / f"trial{chosen.number}-{len(list(folder.glob(f'trial{chosen.number}-*')))}"
+    result = _run(scheduler, dict(chosen.trial.params), where)
+    found = _confirmation(chosen.trial, answer, seconds, result)
+    save_confirmation(study, chosen.number, found.to_dict())
+    return found
+
+
+def _run(scheduler: Scheduler, params: dict[str, Any], where: Any) -> TrialOutcome | str:
+    """The one run through ``scheduler``: its outcome, or why it has none."""
+    if scheduler.launch(("confirm", 0), params, where) is None:
+        return "not launched: " + "; ".join(scheduler.refusals)
+    while scheduler.running:
+        for future, job in scheduler.wait(timeout=1.0):
+            if job.timed_out:
+                return f"outran its {scheduler.time_limit:.0f}s limit: stopped"
+            try:
+                return future.result()
+            except TunerError as exc:
+                evidence = getattr(exc, "evidence", None)
+                return evidence.describe() if evidence else f"{type(exc).__name__}: {exc}"
+        if scheduler.stop_reason:
+            scheduler.stop()
+            return f"stopped: {scheduler.stop_reason}"
+    return "no result"
+
+
+def _confirmation(trial: TrialRecord, answer: Mapping[str, float], seconds: float, result: TrialOutcome | str) -> Confirmation:
+    short = (trial.metrics.get("slo.goodput"), trial.metrics.get("slo.goodput_ci"))
+    if isinstance(result, str):
+        return Confirmation(trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure=result)
+    probe = next((p for p in result.probes if p.probe == "confirm"), None)
+    if probe is None:
+        return Confirmation(trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure="no confirm result")
+    m = probe.metrics
+    return Confirmation(
+        trial.number,
+        answer,
+        float(probe.details.get("seconds") or seconds),
+        bool(m.get("held")),
+        float(m.get("goodput", 0.0)),
+        m.get("goodput_ci"),
+        *short,
+        float(m.get("drift", 0.0)),
+        tuple(probe.details.get("broke") or ()),
+        tuple(probe.details.get("slices") or ()),
+    )

@@ -1,0 +1,34 @@
+"""What a stored confirmation run says (``confirmed.<n>``, written by tuner.confirm), as lines to show."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["describe"]
+
+
+def describe(found: Mapping[str, Any], number: int) -> list[str]:
+    """Lines that say what a stored confirmation (``confirmed.<n>``) found."""
+    answer = found.get("answer") or {}
+    at = f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer.get('rate', 0):g} requests/s"
+    if found.get("failure"):
+        return [f"confirmation of trial {number} at {at}: no result ({found['failure']})"]
+    minutes = found.get("seconds", 0.0) / 60
+    verdict = "held the SLO throughout" if found.get("held") else "did NOT hold the SLO throughout"
+    ci = f" +- {found['goodput_ci']:,.1f}" if found.get("goodput_ci") is not None else ""
+    short = ""
+    if found.get("short_goodput") is not None:
+        sci = f" +- {found['short_ci']:,.1f}" if found.get("short_ci") is not None else ""
+        short = f" (the search's short probe: {found['short_goodput']:,.1f}{sci})"
+    lines = [
+        f"confirmation of trial {number}: {minutes:.1f} min at {at} on a fresh server {verdict}; goodput "
+        f"{found.get('goodput', 0.0):,.1f}{ci}{short}, drift {found.get('drift', 0.0):+.1%} first to last slice"
+    ]
+    for part in found.get("slices") or []:
+        p99 = ", ".join(f"{n.split('_')[0].upper()} p99 {part[n] * 1000:,.0f} ms" for n in ("ttft_p99", "itl_p99") if part.get(n))
+        broke = f": broke {'; '.join(part['broke'])}" if part.get("broke") else ""
+        lines.append(f"  from {part.get('from_s', 0.0):,.0f} s: {part.get('output_tok_s') or 0:,.1f} tok/s, {p99}{broke}")
+    if found.get("broke"):
+        lines.append(f"  the whole run broke: {'; '.join(found['broke'])}")
+    return lines
