@@ -5,7 +5,11 @@ miss it; the tune's goodput must be within 5 % of the bench's output throughput 
 
 A study whose SLO probe ran open loop (``probes.slo.mode: rate``) is checked the same way at its
 request rate R and 1.25 R (``--request-rate``: Poisson arrivals, no client limit), each run
-``--seconds`` long.
+``--seconds`` long, the load split over ``--split K`` bench processes at R/K each, started
+together (one asyncio client process falls behind above ~65 requests/s here: it must show that it
+delivered its rate). Their per-request results (``--save-detailed``) are merged into one TTFT
+and ITL p99; each process's delivered rate is its requests over the span of its send times
+(``start_times``), and the merged achieved/offered must be >= 0.98 for the run to count.
 
 Prints one line per level and the ratio goodput / bench throughput at N; writes the bench's raw
 results and a summary JSON under --out.
@@ -22,6 +26,8 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,6 +58,74 @@ def bench(url: str, model: str, level: list[str], prompts: int, prompt_tokens: i
     return json.loads((out / name).read_text())
 
 
+DELIVERED = 0.98  # a bench run that sent less of its offered rate is not a check of the server
+
+
+def bench_split(
+    url: str, model: str, rate: float, k: int, seconds: float, prompt_tokens: int, output_tokens: int, out: Path
+) -> dict:
+    """``rate`` requests/s from ``k`` `vllm bench serve` processes at rate/k each, started
+    together; their per-request results merged: one TTFT and ITL p99 over every request, the
+    output throughputs summed, and what they delivered (``achieved_over_offered``)."""
+    share = rate / k
+    prompts = max(2, round(share * seconds))
+    procs = []
+    for i in range(k):
+        tag = f"r{rate:g}-p{i}"
+        argv = [
+            sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+            "--backend", "vllm", "--base-url", url, "--model", model, "--tokenizer", model,
+            "--dataset-name", "random", "--random-input-len", str(prompt_tokens), "--random-output-len", str(output_tokens),
+            "--ignore-eos", "--num-prompts", str(prompts), "--request-rate", f"{share:g}",
+            "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "99", "--save-result", "--save-detailed",
+            "--result-dir", str(out), "--result-filename", f"bench-{tag}.json", "--seed", str(1000 + i),
+        ]  # fmt: skip
+        log = (out / f"bench-{tag}.log").open("w")
+        procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log, tag))
+    results = []
+    for proc, log, tag in procs:
+        code = proc.wait()
+        log.close()
+        if code != 0:
+            raise RuntimeError(f"vllm bench serve (part {tag}) exited {code}: see {out}/bench-{tag}.log")
+        results.append(json.loads((out / f"bench-{tag}.json").read_text()))
+    return merge(results, rate)
+
+
+def merge(results: list[dict], rate: float) -> dict:
+    """One result from several bench processes' detailed results (seconds in their lists)."""
+    ttfts, itls, achieved, spans = [], [], 0.0, []
+    for r in results:
+        errors = r.get("errors") or [""] * len(r.get("ttfts") or [])
+        ttfts += [t for t, e in zip(r.get("ttfts") or [], errors, strict=False) if not e and t]
+        itls += [g for gaps, e in zip(r.get("itls") or [], errors, strict=False) if not e for g in gaps]
+        starts = sorted(r.get("start_times") or [])
+        if len(starts) >= 2 and starts[-1] > starts[0]:
+            achieved += (len(starts) - 1) / (starts[-1] - starts[0])
+            spans.append(starts[-1] - starts[0])
+    merged = {
+        "completed": sum(r.get("completed", 0) for r in results),
+        "failed": sum(r.get("failed", 0) or 0 for r in results),
+        "output_throughput": sum(r["output_throughput"] for r in results),
+        "p99_ttft_ms": 1000 * float(np.percentile(ttfts, 99)) if ttfts else None,
+        "p99_itl_ms": 1000 * float(np.percentile(itls, 99)) if itls else None,
+        "parts": len(results),
+        "requests_per_part": [r.get("completed", 0) + (r.get("failed", 0) or 0) for r in results],
+    }
+    if len(spans) == len(results):
+        merged.update(achieved_rate=achieved, achieved_over_offered=achieved / rate, delivery_from="send times")
+    else:  # no send times saved: the requests over the run's duration less one mean request (the drain)
+        achieved = sum(
+            (r["completed"] + (r.get("failed", 0) or 0)) / max(1e-9, r["duration"] - r["mean_e2el_ms"] / 1000) for r in results
+        )
+        merged.update(achieved_rate=achieved, achieved_over_offered=achieved / rate, delivery_from="duration less a request")
+    return merged
+
+
+def _sent(r: dict) -> dict:
+    return {k: r[k] for k in ("achieved_rate", "achieved_over_offered", "delivery_from", "parts", "requests_per_part") if k in r}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--study", required=True)
@@ -59,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--prompts-per-client", type=int, default=20, help="requests per client: ramp and drain under 5 %")
     ap.add_argument("--seconds", type=float, default=60.0, help="open loop: each run's length (prompts = rate x seconds)")
+    ap.add_argument("--split", type=int, default=4, help="open loop: bench processes sharing the rate (R/K each)")
     args = ap.parse_args(argv)
     end_servers_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -85,19 +160,30 @@ def main(argv: list[str] | None = None) -> None:
         server.wait_ready()
         for level in levels:
             if rate:
-                flag, prompts = "--request-rate", round(level * args.seconds)
+                r = bench_split(
+                    server.url, model, level, args.split, args.seconds, load.prompt_tokens, load.output_tokens, args.out
+                )
             else:
-                flag, prompts = "--max-concurrency", args.prompts_per_client * int(level)
-            r = bench(server.url, model, [flag, str(level)], prompts, load.prompt_tokens, load.output_tokens, args.out)
-            figures = {name: r[f"p99_{name.split('_')[0]}_ms"] / 1000 for name in ("ttft_p99", "itl_p99", "tpot_p99")}
+                prompts = args.prompts_per_client * int(level)
+                flag = ["--max-concurrency", str(level)]
+                r = bench(server.url, model, flag, prompts, load.prompt_tokens, load.output_tokens, args.out)
+            figures = {
+                name: r[f"p99_{name.split('_')[0]}_ms"] / 1000
+                for name in ("ttft_p99", "itl_p99", "tpot_p99")
+                if r.get(f"p99_{name.split('_')[0]}_ms") is not None
+            }
             failed = r.get("failed", 0) or 0
             figures["error_rate"] = failed / max(1, r.get("completed", 0) + failed)
             broke = targets.violated(figures)
+            delivered = r.get("achieved_over_offered")
+            if delivered is not None and delivered < DELIVERED:
+                broke = [f"not delivered: {delivered:.3f} of the offered rate < {DELIVERED}", *broke]
             key = "rate" if rate else "concurrency"
-            rows.append({key: level, "output_tok_s": r["output_throughput"], **figures, "broke": broke})
+            rows.append({key: level, "output_tok_s": r["output_throughput"], **figures, "broke": broke, **_sent(r)})
+            sent = f", achieved/offered {delivered:.3f} ({r['delivery_from']})" if delivered is not None else ""
             print(
                 f"bench at {level} {unit}: {r['output_throughput']:,.1f} output tok/s, TTFT p99 {figures['ttft_p99']:.3f} s, "
-                f"ITL p99 {figures['itl_p99'] * 1000:.1f} ms, {failed} failed: "
+                f"ITL p99 {figures['itl_p99'] * 1000:.1f} ms, {failed} failed{sent}: "
                 + ("meets the SLO" if not broke else "misses the SLO (" + "; ".join(broke) + ")")
             )
     at_n = rows[0]["output_tok_s"]
@@ -112,6 +198,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"tune: trial {chosen.number} holds the SLO at {answer} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}")
     print(f"ratio goodput / bench output throughput at {answer}: {ratio:.3f} (within 5 %: {abs(ratio - 1) <= 0.05})")
     print(f"bench meets the SLO at the answer: {not rows[0]['broke']}; misses it at 1.25 x: {bool(rows[1]['broke'])}")
+    if rate:
+        at = ", ".join(f"{row['achieved_over_offered']:.3f}" for row in rows if "achieved_over_offered" in row)
+        print(f"bench achieved/offered at R and 1.25 R: {at} (each >= {DELIVERED} for the run to count)")
+        levels = (m.get("slo.achieved_over_offered"), m.get("slo.completion_rate"), m.get("slo.offered_rate"))
+        print(f"tune at R: achieved/offered {levels[0]}, completed {levels[1]} requests/s of {levels[2]} offered")
 
 
 if __name__ == "__main__":
