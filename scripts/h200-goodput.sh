@@ -5,7 +5,9 @@
 #                                              # rerun to go on (the study stays in runs/ while the machine is warm)
 #   PHASE=bench bash scripts/h200-goodput.sh   # the pick on a fresh server under `vllm bench serve` at N and 1.25 N
 #   STUDY=h200-vllm-goodput-rate PHASE=tune|bench  # the open-loop answer (search_spaces/h200-vllm-goodput-rate.yaml),
-#                                              # benched with --request-rate R and 1.25 R, SECONDS_PER_RUN (60) s each
+#                                              # benched with --request-rate R and 1.25 R, SECONDS_PER_RUN (60) s each,
+#                                              # split over SPLIT (4) vllm bench processes at R/SPLIT each, merged
+#   PHASE=confirm CONFIRM=7m                   # the pick at its SLO answer for CONFIRM on a fresh server (tune validate --confirm)
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"; study=${STUDY:-h200-vllm-goodput}
@@ -19,7 +21,7 @@ if [ "${PHASE:-tune}" = tune ]; then
     mkdir -p "runs/$study" && cp "docs/data/goodput/$study.db" "runs/$study/study.db"
   fi
   hard=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 25 ))
-  timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "search_spaces/$study.yaml" \
+  timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "search_spaces/$study.yaml" --no-remeasure \
     --study "$study" --timeout "$(( hard - 70 ))s"
   echo "tune exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner trials --study "$study" --format csv --out "$out/$study-trials.csv"
@@ -30,10 +32,16 @@ from tuner.pick import pick
 print(pick(open_existing(os.environ["STUDY"], None), "knee").number)
 PY
 )" || true
+elif [ "$PHASE" = confirm ]; then
+  timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
+    python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}"
+  echo "confirm exit $? after $(( $(date +%s) - t0 ))s"
+  python3 -m tuner status --study "$study" > "$out/$study-status.txt" 2>&1
+  python3 -m tuner export --study "$study" --format json > "$out/$study-export.json" 2> "$out/$study-export.err"
 else
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
     python3 benchmarks/goodput_crosscheck.py --study "$study" --out "$out/$study-bench" \
-    --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}"
+    --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}" --split "${SPLIT:-4}"
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
 fi
 tar czf "$out/runs-$study.tgz" --exclude=servers -C runs "$study"

@@ -28,7 +28,7 @@ if [ "$what" = tune ] || [ "$what" = all ]; then
   # --foreground: the signal goes to `tune` alone, not to its process group (Ray's head processes
   # in it, terminated first, left the driver unable to stop its trials: it was killed at -k).
   hard=$(( ${DEADLINE:-550} - ($(date +%s) - t0) ))
-  timeout --foreground -s TERM -k 40 "$hard" python3 -m tuner run --space "$space" --study "$study" --timeout ${TUNE_TIMEOUT:-510s}
+  timeout --foreground -s TERM -k 40 "$hard" python3 -m tuner run --space "$space" --study "$study" --no-remeasure --timeout ${TUNE_TIMEOUT:-510s}
   echo "tune exit $? after $(( $(date +%s) - t0 ))s"
   tar czf "$out/runs-$study.tgz" -C runs "$study"
   python3 -m tuner status --study "$study" | tail -30

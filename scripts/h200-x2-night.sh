@@ -44,7 +44,7 @@ print("\n".join(found) or "no process started since the baseline is alive")
 PY
 }
 if [ "$kill_after" -gt 0 ]; then
-  python3 -m tuner run --space "$space" --study "$study" "${trials[@]}" --timeout 480s > "$out/$study-run1.log" 2>&1 &
+  python3 -m tuner run --space "$space" --study "$study" "${trials[@]}" --no-remeasure --timeout 480s > "$out/$study-run1.log" 2>&1 &
   driver=$!
   sleep "$kill_after"
   echo "--- kill -9 of the driver (pid $driver) at $(( $(date +%s) - t0 ))s, as a crash would"
@@ -54,7 +54,7 @@ if [ "$kill_after" -gt 0 ]; then
 fi
 # --timeout stops launching; the hard stop (SIGTERM to `tune` alone) leaves time for the tail below
 hard=$(( 560 - ($(date +%s) - t0) )); launch=$(( hard - (kill_after > 0 ? 200 : 110) ))
-timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "$space" --study "$study" "${trials[@]}" --timeout ${launch}s
+timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "$space" --study "$study" "${trials[@]}" --no-remeasure --timeout ${launch}s
 echo "run exit $? after $(( $(date +%s) - t0 ))s"
 leftovers "after the run"
 tar czf "$out/runs-$study.tgz" -C runs "$study"
