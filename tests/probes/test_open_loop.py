@@ -186,7 +186,7 @@ def _replay(first: dict[str, Any]) -> Any:
 @pytest.mark.quiet  # timing: the sender's delivery is measured
 def test_below_the_ceiling_two_senders_deliver_the_schedule() -> None:
     """A rate that needs two senders gets two, and together they send the one schedule on time."""
-    rate = 1.5 * CEILING.headroom * CEILING.rate(64)
+    rate = 1.2 * CEILING.headroom * CEILING.rate(64)  # more than one sender plans for, well under two cores
     with _fast_server() as (url, _):
         summary, _ = _level(url, rate, cores=2)
     assert summary["senders"] == 2, summary

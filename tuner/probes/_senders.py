@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from tuner.exceptions import ProbeError
 from tuner.probes._stream import RequestRecord, stop_clients, stream_request
 from tuner.processes import terminate_group
 
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 FLUSH_S = 0.1  # a sender ships what its requests saw this often
 START_MARGIN_S = 0.25  # t0 lies this far ahead of the level's start command: every sender is listening by then
+READY_TIMEOUT_S = 30.0  # a sender process starts (imports, its event loop) within this
 STOP_GRACE_S = 10.0  # a sender that has not answered a stop by then (plus the request timeout) is given up
 
 
@@ -170,8 +172,15 @@ class Senders:
         return [p.popen.pid for p in self._procs]
 
     def _ensure(self, count: int) -> None:
-        while len(self._procs) < count:
-            self._procs.append(_start())
+        """``count`` senders, each listening: a new one says so once its imports and loop are up
+        (~0.5 s), so a level's ``t0`` never falls before a sender can send."""
+        new = [_start() for _ in range(count - len(self._procs))]
+        self._procs.extend(new)
+        for proc in new:
+            if not proc.results.poll(READY_TIMEOUT_S):
+                raise ProbeError(f"open loop: sender process {proc.popen.pid} was not ready after {READY_TIMEOUT_S:.0f}s")
+            kind, _ = proc.results.recv()
+            assert kind == "ready", kind
 
     async def start(self, plan: Plan, senders: int, records: list[RequestRecord], on_end: Callable[[], None]) -> Level:
         """Send ``plan``'s arrivals from ``senders`` processes; what they see lands in ``records``
@@ -317,6 +326,7 @@ async def _serve(commands: Connection, out: Connection) -> None:
             inbox.put_nowait(None)
 
     loop.add_reader(commands.fileno(), readable)
+    out.send(("ready", None))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     client: httpx.AsyncClient | None = None
     try:
