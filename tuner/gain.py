@@ -102,7 +102,9 @@ def _floor(study: optuna.Study) -> NoiseFloor:
     names = objective_metrics(study)
     floor = study_floor(study, [is_noisy(m) for m in names])
     j = role_index(study, "throughput") or 0
-    return NoiseFloor((floor.relative_sd[j],), floor.dof) if floor.known else NoiseFloor((0.0,), 0)
+    # the study's own floor only: "what tuning bought" compares two configs of this study on its own
+    # fresh servers, and states nothing from one run each and an engine's prior
+    return NoiseFloor((floor.relative_sd[j],), floor.dof) if floor.known and floor.prior is None else NoiseFloor((0.0,), 0)
 
 
 def _hw(values: Sequence[float], floor: NoiseFloor) -> float:

@@ -18,10 +18,22 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tuner.stats import t975
 
-__all__ = ["NoiseFloor", "Outlier", "differs", "half_width", "is_noisy", "kept", "noise_floor", "probe_cis", "set_aside"]
+__all__ = [
+    "NoiseFloor",
+    "Outlier",
+    "differs",
+    "half_width",
+    "is_noisy",
+    "kept",
+    "noise_floor",
+    "prior_floor",
+    "probe_cis",
+    "set_aside",
+]
 
 Z95 = 1.959964
 
@@ -33,14 +45,23 @@ def is_noisy(metric: str) -> bool:
 
 @dataclass(frozen=True)
 class NoiseFloor:
-    """Relative standard deviation between fresh servers, per objective, and its degrees of freedom."""
+    """Relative standard deviation between fresh servers, per objective, and its degrees of
+    freedom; ``prior``: where it was measured, when it is the engine's figure on this hardware
+    rather than the study's own (a study that has not measured a config twice yet)."""
 
     relative_sd: tuple[float, ...]
     dof: int
+    prior: str | None = None
 
     @property
     def known(self) -> bool:
         return self.dof > 0
+
+
+def prior_floor(prior: Mapping[str, Any], noisy: Sequence[bool]) -> NoiseFloor:
+    """The engine's fresh-server spread (``relative_sd``, ``dof``, ``source``) as a floor for the noisy objectives."""
+    sd = float(prior["relative_sd"])
+    return NoiseFloor(tuple(sd if n else 0.0 for n in noisy), int(prior.get("dof") or 1), str(prior.get("source") or "prior"))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.exceptions import ConfigError
-from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, probe_cis, set_aside
+from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, prior_floor, probe_cis, set_aside
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
 from tuner.trials import StudyRecord, TrialRecord, read_study, read_trials
 
@@ -136,10 +136,17 @@ def study_floor(
     study: optuna.Study, noisy: Sequence[bool], reference: Sequence[Sequence[Sequence[float]]] | None = None
 ) -> NoiseFloor:
     """The study's noise floor from every config it measured more than once (``reference``: the
-    reference config's runs in groups measured close in time, when newer than those stored)."""
+    reference config's runs in groups measured close in time, when newer than those stored);
+    until it measured one, the engine's fresh-server spread on its hardware (a prior, labelled:
+    a one-run interval must cover a fresh server, never the window's CI alone)."""
     if reference is None:
-        return noise_floor(repeated_runs(study), noisy)
-    return noise_floor([*_revalidated_runs(study), *reference], noisy)
+        floor = noise_floor(repeated_runs(study), noisy)
+    else:
+        floor = noise_floor([*_revalidated_runs(study), *reference], noisy)
+    if floor.known:
+        return floor
+    prior = read_study(study, trials=False).noise_prior
+    return prior_floor(prior, noisy) if prior else floor
 
 
 def repeated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:
@@ -220,6 +227,11 @@ def describe_noise(study: optuna.Study) -> list[str]:
     floor = study_floor(study, [is_noisy(m) for m in names])
     if not floor.known:
         return ["noise floor: not measured (no config ran on two fresh servers yet); ties use the probe's own CI"]
+    if floor.prior is not None:
+        return [
+            f"noise floor: not measured in this study yet; a prior of {floor.relative_sd[0]:.1%} relative SD between fresh "
+            f"servers ({floor.prior}) widens every one-run interval"
+        ]
     lines = [
         f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} between fresh servers ({floor.dof} degrees of "
         "freedom)"

@@ -9,10 +9,11 @@ import warnings
 
 import optuna
 
+from tuner import engines
 from tuner.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
-from tuner.trials import connect, enqueue, read_study, store_setup
+from tuner.trials import connect, enqueue, read_study, save_noise_prior, store_setup
 
 __all__ = ["make_sampler", "open_study", "resume_seed", "space_fingerprint"]
 
@@ -101,4 +102,7 @@ def open_study(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(objective.metric_names)
+    prior = engines.get(space.engine).fresh_server_spread.get(space.hardware.kind)
+    if prior is not None and record.noise_prior != prior.to_dict():
+        save_noise_prior(study, prior.to_dict())
     return study

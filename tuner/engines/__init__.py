@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuner.engines._base import Command, EngineAdapter, render_flag
+from tuner.engines._base import Command, EngineAdapter, FreshSpread, render_flag
 from tuner.engines._openai import counter_total
 from tuner.engines._signatures import DISTANCE, Category, Signature, SignatureMatch, classify, first_fatal, raised_exception
 from tuner.exceptions import ConfigError
@@ -12,6 +12,7 @@ __all__ = [
     "Category",
     "Command",
     "EngineAdapter",
+    "FreshSpread",
     "Signature",
     "SignatureMatch",
     "classify",

@@ -104,6 +104,19 @@ def render_flag(name: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
+@dataclass(frozen=True)
+class FreshSpread:
+    """The relative SD of a load figure between fresh servers of one config, pooled over the
+    configs measured (``dof`` degrees of freedom), and where (``source``)."""
+
+    relative_sd: float
+    dof: int
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"relative_sd": self.relative_sd, "dof": self.dof, "source": self.source}
+
+
 class EngineAdapter(ABC):
     """Knows how to launch, probe and read one inference engine.
 
@@ -138,6 +151,9 @@ class EngineAdapter(ABC):
         "--port",
     )  # where it listens: not a tuned flag (export compares the rest)
     typical_start_s: ClassVar[float] = 60.0  # a start as measured here: the dry run's estimate of a night
+    # per hardware kind: the relative SD of a load figure between fresh servers of one config, as
+    # measured here (the prior a study uses until it measures its own floor: tuner.noise)
+    fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {}
 
     @abstractmethod
     def executable(self) -> list[str]:

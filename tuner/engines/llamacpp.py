@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from tuner.engines import llamacpp_provision as provision
-from tuner.engines._base import EngineAdapter
+from tuner.engines._base import EngineAdapter, FreshSpread
 from tuner.engines._capacity import last_int, reconcile
 from tuner.engines._signatures import Category, Signature
 from tuner.exceptions import ProvisionError
@@ -115,6 +115,9 @@ class LlamaCppAdapter(EngineAdapter):
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 1.0  # SmolLM2 on 2 cores: 0.3-1 s
+    fresh_server_spread = {
+        "cpu": FreshSpread(0.064, 9, "2 cores, the embedded default's baseline on 10 fresh servers (docs/noise.md)")
+    }
     startup_phases = (
         (r"llama_model_loader|load_model: loading model", "loading weights"),
         (r"load_model: initializing|llama_kv_cache", "allocating the KV cache"),

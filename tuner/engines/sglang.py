@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from tuner.engines._base import EngineAdapter, hub_or_local_problem, package_version
+from tuner.engines._base import EngineAdapter, FreshSpread, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._signatures import DISTANCE, Category, Signature
 from tuner.memory import MemoryModel, kv_bytes, number
@@ -93,6 +93,9 @@ class SglangAdapter(EngineAdapter):
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 100.0  # H200, dummy 8B: 103 s (measured when the GPU bundle was built)
+    fresh_server_spread = {
+        "gpu": FreshSpread(0.086, 14, "not measured for SGLang: vLLM 0.26's on the same H200 (docs/noise.md), borrowed")
+    }
     listen_flags = ("--host", "--port", "--nccl-port")  # the NCCL port follows the partition's block
     graphs_off_flags = ("disable-cuda-graph",)
     context_slack = 1

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tuner.engines._base import EngineAdapter, hub_or_local_problem, package_version
+from tuner.engines._base import EngineAdapter, FreshSpread, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._openai import completion_works, metric_labels
 from tuner.engines._signatures import DISTANCE, Category, Signature
@@ -124,6 +124,9 @@ class VllmAdapter(EngineAdapter):
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 75.0  # H200, graphs and compile from cache: 50-115 s (docs/search-efficiency.md)
+    fresh_server_spread = {
+        "gpu": FreshSpread(0.086, 14, "H200, vLLM 0.26: 5 configs on 2-5 fresh servers each (docs/noise.md, prior_coverage.py)")
+    }
     graphs_off_flags = ("enforce-eager",)
     prefix_cache_metrics = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")  # usage omits 0 cached tokens
     startup_phases = (

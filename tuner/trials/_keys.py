@@ -8,6 +8,7 @@ FINGERPRINT = "tuner.space_sha256"
 SPACE_FILE = "tuner.space_file"
 OBJECTIVES = "tuner.objectives"
 NOISE = "noise"
+NOISE_PRIOR = "tuner.noise_prior"  # the engine's fresh-server spread on this hardware, until the study measures its own
 REVALIDATED = "revalidated"  # "revalidated.<trial number>"
 CONFIRMED = "confirmed"  # "confirmed.<trial number>": its long run at its SLO answer (tuner.confirm)
 LEASE = "tuner.run_lease"

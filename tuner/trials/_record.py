@@ -189,6 +189,7 @@ class StudyRecord:
     lease: Mapping[str, Any] | None
     trials: tuple[TrialRecord, ...] = ()
     confirmed: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    noise_prior: Mapping[str, Any] | None = None  # the engine's fresh-server spread here (tuner.noise)
 
     def trial(self, number: int) -> TrialRecord | None:
         return next((t for t in self.trials if t.number == number), None)
@@ -225,6 +226,7 @@ def read_study(study: optuna.Study, *, states: Sequence[TrialState] | None = Non
         lease=lease if isinstance(lease, dict) and lease else None,
         trials=tuple(TrialRecord.of(t, revalidated.get(t.number), confirmed.get(t.number)) for t in frozen),
         confirmed=confirmed,
+        noise_prior=attrs.get(k.NOISE_PRIOR) or None,
     )
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "running_trial",
     "save_confirmation",
     "save_noise",
+    "save_noise_prior",
     "save_revalidation",
     "state_for",
     "store_setup",
@@ -290,6 +291,11 @@ def store_setup(
 def save_noise(study: optuna.Study, noise: Mapping[str, Any]) -> None:
     """The reference config's runs (``reference``, ``runs``, ``labels``, ``failures``, ``drift``)."""
     study.set_user_attr(k.NOISE, dict(noise))
+
+
+def save_noise_prior(study: optuna.Study, prior: Mapping[str, Any]) -> None:
+    """The engine's fresh-server spread on the study's hardware (``relative_sd``, ``dof``, ``source``)."""
+    study.set_user_attr(k.NOISE_PRIOR, dict(prior))
 
 
 def save_revalidation(study: optuna.Study, number: int, data: Mapping[str, Any]) -> None:
