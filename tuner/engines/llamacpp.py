@@ -11,7 +11,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
@@ -115,7 +115,7 @@ class LlamaCppAdapter(EngineAdapter):
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 1.0  # SmolLM2 on 2 cores: 0.3-1 s
-    fresh_server_spread = {
+    fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {
         "cpu": FreshSpread(0.064, 9, "2 cores, the embedded default's baseline on 10 fresh servers (docs/noise.md)")
     }
     startup_phases = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -93,7 +93,7 @@ class SglangAdapter(EngineAdapter):
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 100.0  # H200, dummy 8B: 103 s (measured when the GPU bundle was built)
-    fresh_server_spread = {
+    fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {
         "gpu": FreshSpread(0.086, 14, "not measured for SGLang: vLLM 0.26's on the same H200 (docs/noise.md), borrowed")
     }
     listen_flags = ("--host", "--port", "--nccl-port")  # the NCCL port follows the partition's block

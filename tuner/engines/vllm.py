@@ -8,7 +8,7 @@ import json
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -124,7 +124,7 @@ class VllmAdapter(EngineAdapter):
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 75.0  # H200, graphs and compile from cache: 50-115 s (docs/search-efficiency.md)
-    fresh_server_spread = {
+    fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {
         "gpu": FreshSpread(0.086, 14, "H200, vLLM 0.26: 5 configs on 2-5 fresh servers each (docs/noise.md, prior_coverage.py)")
     }
     graphs_off_flags = ("enforce-eager",)
