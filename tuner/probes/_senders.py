@@ -74,11 +74,11 @@ class Ceiling:
 
 
 # Measured on this workplace's 2-core machine (2026-12-03, docs/measurements.md): one core (a sender
-# and the probe's parent) delivered 275 requests/s of 64- and of 256-token streams within the bound
-# (3.6 ms a request); the SSE server there writes events faster than they are read, so the per-token
-# cost of an engine's one-read-per-token stream is not in that figure: 20 us a token is assumed from
-# the closed loop's 7 us a token read in bulk (benchmarks/client_ceiling.py), about 3x for one read each.
-CEILING = Ceiling(per_request_s=3.6e-3, per_token_s=2.0e-5)
+# and the probe's parent) delivered 600 requests/s of 64-token and 387 of 256-token streams within
+# the bound, 1.36 ms a request + 4.8 us a token. The SSE server there writes events faster than they
+# are read, so some arrive together; an engine's tokens arrive spread out, one read each: the
+# per-token cost is planned at twice that.
+CEILING = Ceiling(per_request_s=1.4e-3, per_token_s=1.0e-5)
 
 
 def ceiling_per_core(output_tokens: int) -> float:
