@@ -44,6 +44,8 @@ def test_an_open_loop_run_its_senders_could_not_deliver_confirms_nothing() -> No
     short = verdict(spec, _summary([good, {**good, "client_bound": True}], client_bound=True, achieved_over_offered=0.9))
     assert short.metrics["held"] == 0.0 and short.metrics["achieved_over_offered"] == 0.9
     assert short.details["broke"][0].startswith("client-bound: the senders released 90.0%")
+    late = {**good, "client_late": True, "send_lag_p99": 0.08}  # offered, late, and within the SLO anyway: a hold
+    assert verdict(spec, _summary([late, late], client_late=True, send_lag_p99=0.08)).metrics["held"] == 1.0
 
 
 def test_drift_is_the_trend_across_the_run() -> None:
@@ -123,3 +125,33 @@ def test_the_end_of_a_run_confirms_the_pick_when_its_budget_allows(tmp_path: Pat
     again = _tune(tmp_path, "run", "--space", "e.yaml", "--study", "e", "--executor", "inline", "--force")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "confirm: skipped, " in again.stdout and "of the run's timeout left" in again.stdout, again.stdout
+
+
+def test_the_h200_confirmation_replays_as_held_under_the_client_rule() -> None:
+    """The 7-minute H200 run (docs/goodput.md) was judged "not held" because its sender ran 52-126 ms
+    late at p99, though every minute kept the SLO with that lag inside its TTFTs. Its stored figures,
+    judged again with the delivery and lateness re-derived from what it measured, hold throughout;
+    a minute made to break still breaks, and is the client's only where the sends ran late."""
+    import json
+
+    from tuner.probes.load import DELIVERED_MIN, SEND_LAG_MAX
+
+    stored = json.loads(
+        (Path(__file__).parent.parent / "docs/data/goodput/h200-rate-2026-12-03/confirm-outcome.json").read_text()
+    )
+    probe = next(p for p in stored["probes"] if p["probe"] == "confirm")
+    window = probe["details"]["window"]
+    start = window["window_at"][0]
+
+    def judged(part: dict[str, Any]) -> dict[str, Any]:
+        late = (part.get("send_lag_p99") or 0.0) > SEND_LAG_MAX
+        return {**part, "client_bound": part["achieved_over_offered"] < DELIVERED_MIN, "client_late": late}
+
+    slices = [{**judged(s), "window_at": [start + s["from_s"], start + s["from_s"] + 60.0]} for s in probe["details"]["slices"]]
+    assert all(s["client_late"] and not s["client_bound"] for s in slices)  # what the run saw: late, not short
+    spec = ConfirmProbeSpec(rate=60.0, duration=420, targets=SloTargets(ttft_p99=1.0, itl_p99=0.05, error_rate=0.0))
+    again = verdict(spec, {**judged(window), "slices": slices})
+    assert again.metrics["held"] == 1.0 and again.metrics["slices"] == 7 and again.details["broke"] == []
+    slices[2] = {**slices[2], "ttft_p99": 1.2}
+    broke = verdict(spec, {**judged(window), "slices": slices})
+    assert broke.metrics["held"] == 0.0 and "ms late at p99" in broke.details["slices"][2]["broke"][-1]

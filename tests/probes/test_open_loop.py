@@ -24,7 +24,7 @@ from tuner.partitions import free_port
 from tuner.probes import LoadProbe, ServerHandle
 from tuner.probes._senders import CEILING, Senders, arrival_offsets, senders_for
 from tuner.probes._stream import RequestRecord
-from tuner.probes.load import DELIVERED_MIN, SEND_LAG_MAX, open_loop_figures, summarize
+from tuner.probes.load import DELIVERED_MIN, SEND_LAG_MAX, client_verdict, open_loop_figures, summarize
 from tuner.probes.slo import search_rate
 from tuner.records import Capacity
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
@@ -76,12 +76,15 @@ def test_a_level_that_sent_its_schedule_on_time_is_delivered() -> None:
     assert SloTargets(ttft_p99=1.0).violated(figures) == []
 
 
-def test_a_shortfall_or_a_late_loop_is_client_bound() -> None:
+def test_a_shortfall_is_client_bound_and_a_late_loop_only_where_the_level_broke() -> None:
     short = open_loop_figures(_records(40.0, 1, 40.0, skip=10), 10.0, 30.0, 40.0, 1, 0.0)
     assert short["achieved_over_offered"] == pytest.approx(0.9, abs=0.02) and short["client_bound"]
+    assert client_verdict(short, []) is not None  # not offered: says nothing, held or not
     late = open_loop_figures(_records(40.0, 1, 40.0, lag=2 * SEND_LAG_MAX), 10.0, 30.0, 40.0, 1, 0.0)
     assert late["achieved_over_offered"] == pytest.approx(1.0, abs=0.02)  # uniformly late: the count is there
-    assert late["send_lag_p99"] == pytest.approx(2 * SEND_LAG_MAX) and late["client_bound"]
+    assert late["send_lag_p99"] == pytest.approx(2 * SEND_LAG_MAX) and late["client_late"] and not late["client_bound"]
+    assert client_verdict(late, []) is None  # offered, and held with the lag in its TTFTs: a hold
+    assert "ms late at p99" in str(client_verdict(late, ["ttft_p99 1.2 > 1"]))  # a break the lag may have caused
 
 
 def test_completions_that_fall_behind_arrivals_break_the_slo() -> None:
@@ -164,7 +167,7 @@ def test_above_one_cores_ceiling_the_level_reaches_the_rate_or_records_its_short
     assert summary["senders"] == 1 and summary["errors"] == 0, summary
     assert summary["offered_rate"] == pytest.approx(rate, rel=0.15) and summary["rate"] == rate
     assert summary["achieved_rate"] == pytest.approx(delivered * summary["offered_rate"])
-    assert summary["client_bound"] == (delivered < DELIVERED_MIN or lag > SEND_LAG_MAX), summary
+    assert summary["client_bound"] == (delivered < DELIVERED_MIN) and summary["client_late"] == (lag > SEND_LAG_MAX), summary
     if summary["client_bound"]:
         assert found.held != rate and rate in found.client_bound, found.stop_reason
     for pid in pids:
@@ -191,6 +194,7 @@ def test_below_the_ceiling_two_senders_deliver_the_schedule() -> None:
         summary, _ = _level(url, rate, cores=2)
     assert summary["senders"] == 2, summary
     assert summary["achieved_over_offered"] >= DELIVERED_MIN and not summary["client_bound"], summary
+    assert not summary["client_late"], summary
     assert summary["errors"] == 0 and summary["output_tok_s"] > 0
 
 

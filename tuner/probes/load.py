@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -438,9 +438,9 @@ def open_loop_figures(
     ``t0``) put in the window, per second; ``achieved_rate``: the arrivals the senders released
     in it; ``achieved_over_offered`` their ratio (the senders' delivery, free of the Poisson draw's
     own spread around ``rate``). ``send_lag_*``: seconds from a scheduled arrival to its send.
-    ``client_bound``: delivery below :data:`DELIVERED_MIN` or a send lag p99 over
-    :data:`SEND_LAG_MAX` (a sender's loop that late also stamps tokens late: the level's latencies
-    are the client's as much as the server's). ``completion_rate``: requests that ended in the
+    ``client_bound``: delivery below :data:`DELIVERED_MIN` (the load was not offered);
+    ``client_late``: a send lag p99 over :data:`SEND_LAG_MAX` (:func:`client_verdict` says what
+    each means for the level's verdict). ``completion_rate``: requests that ended in the
     window, per second. ``backlog_growth``: requests in the system (arrived, not ended) at the
     window's end minus at its start, i.e. arrivals minus completions; ``backlog_allowance`` what a
     stable server shows by chance: :data:`BACKLOG_SHARE` of the window's arrivals plus twice the
@@ -472,7 +472,8 @@ def open_loop_figures(
         "offered_rate": scheduled / seconds,
         "achieved_rate": len(sent) / seconds,
         "achieved_over_offered": delivered,
-        "client_bound": delivered < DELIVERED_MIN or (bool(lags) and _p99(lags) > SEND_LAG_MAX),
+        "client_bound": delivered < DELIVERED_MIN,
+        "client_late": bool(lags) and _p99(lags) > SEND_LAG_MAX,
         "completion_rate": ended / seconds,
         "backlog_growth": float(growth),
         "backlog_allowance": BACKLOG_SHARE * scheduled + 2 * math.sqrt(min(scheduled + ended, 2 * mean_in_system) + 1),
@@ -481,6 +482,20 @@ def open_loop_figures(
     }
     figures.update({f"send_lag_p{p}": v for p, v in percentiles(lags, (50, 99)).items()})
     return figures
+
+
+def client_verdict(level: Mapping[str, Any], broken: Sequence[str]) -> str | None:
+    """Why an open-loop level's verdict is the client's, not the server's (None: it is the
+    server's). Senders that released under :data:`DELIVERED_MIN` of the schedule did not offer the
+    load: the level says nothing either way. Senders that ran late (``client_late``) did offer it,
+    and TTFT counts from the scheduled arrival, so a level that held the SLO despite the lag holds
+    it; one that broke it may have broken on the client's lag, so that break is not the server's."""
+    if level.get("client_bound"):
+        return f"client-bound: the senders released {level.get('achieved_over_offered', 0):.1%} of the scheduled arrivals"
+    if level.get("client_late") and broken:
+        lag = (level.get("send_lag_p99") or 0.0) * 1000
+        return f"client-bound: sends ran {lag:.0f} ms late at p99 (> {SEND_LAG_MAX * 1000:.0f} ms) where the level broke the SLO"
+    return None
 
 
 def _p99(values: list[float]) -> float:

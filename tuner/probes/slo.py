@@ -30,7 +30,7 @@ import httpx
 from tuner import progress
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
-from tuner.probes.load import LoadProbe
+from tuner.probes.load import LoadProbe, client_verdict
 from tuner.records import ProbeResult
 from tuner.space.schema import LoadProbeSpec, SloProbeSpec, SloTargets
 
@@ -42,8 +42,8 @@ AT_LEVEL = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
 # the open loop's, at the answer: what was asked and what was delivered (tuner.probes.load.open_loop_figures)
 AT_RATE = ("offered_rate", "achieved_rate", "achieved_over_offered", "completion_rate", "send_lag_p99", "backlog_growth")
 OPEN_LOOP = (
-    *AT_RATE, "rate", "client_bound", "backlog_allowance", "in_system_mean", "send_lag_p50", "send_lag_max", "senders",
-    "client_cores", "sender_failures",
+    *AT_RATE, "rate", "client_bound", "client_late", "backlog_allowance", "in_system_mean", "send_lag_p50",
+    "send_lag_max", "senders", "client_cores", "sender_failures",
 )  # fmt: skip
 UNBOUNDED = 1024  # where neither the KV pool nor the spec bounds the search
 
@@ -187,8 +187,8 @@ def _level_details(summary: dict[str, Any], broke: list[str], here: bool) -> dic
 class Search:
     """What the search found: every level it knows (``levels``), what each broke, the largest
     level that held (``held``, 0: none) and the smallest that broke (``broke``). An open-loop
-    level whose senders fell short of its schedule (``client_bound``) is neither: the load was
-    not delivered, so it says nothing of the server, and the search goes no higher."""
+    level whose verdict is the client's (:func:`~tuner.probes.load.client_verdict`: its senders
+    fell short of the schedule, or ran late where it broke) is neither, and the search goes no higher."""
 
     def __init__(self, targets: SloTargets, known: dict[int, dict[str, Any]]) -> None:
         self.targets = targets
@@ -202,10 +202,8 @@ class Search:
     def add(self, level: float, summary: dict[str, Any]) -> None:
         self.levels[level] = summary
         self.broken[level] = self.targets.violated(summary)
-        if summary.get("client_bound"):
-            self.client_bound[level] = (
-                f"client-bound: the senders released {summary.get('achieved_over_offered', 0):.1%} of the scheduled arrivals"
-            )
+        if (why := client_verdict(summary, self.broken[level])) is not None:
+            self.client_bound[level] = why
 
     @property
     def held(self) -> float:
