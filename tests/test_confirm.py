@@ -103,6 +103,10 @@ def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_comman
     assert "confirmed: held over 0 min at its SLO answer" in status.stdout and "confirmation of trial 0" in status.stdout
     after = _tune(tmp_path, "export", "--study", "c", "--format", "json")
     assert "not confirmed" not in after.stderr and '"held": true' in after.stdout, after.stderr
+    report = _tune(tmp_path, "report", "--study", "c")
+    assert report.returncode == 0, report.stderr
+    markdown = (tmp_path / "runs/c/report.md").read_text()
+    assert "confirmation of trial 0: 0.1 min at 2 clients on a fresh server held the SLO throughout" in markdown
 
 
 @pytest.mark.integration
