@@ -101,7 +101,9 @@ def slo_load(metrics: Mapping[str, float]) -> str | None:
     broke = f", {metrics['slo.concurrency_violated']:.0f} break it" if "slo.concurrency_violated" in metrics else ""
     names = [name for name in ("ttft", "itl", "tpot") if f"slo.{name}_p99" in metrics]
     p99 = "/".join(f"{metrics[f'slo.{name}_p99'] * 1000:,.0f}" for name in names)
-    return f"within the SLO: {n} concurrent clients{broke}; {'/'.join(n.upper() for n in names)} p99 {p99} ms"
+    return (
+        f"within the SLO: {n} concurrent client{'s' if n != 1 else ''}{broke}; {'/'.join(n.upper() for n in names)} p99 {p99} ms"
+    )
 
 
 def gain_lines(study: optuna.Study) -> list[str]:
