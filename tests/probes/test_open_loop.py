@@ -222,3 +222,39 @@ def test_arrivals_above_a_real_servers_capacity_are_never_held(tmp_path: Path, l
     assert level["completion_rate"] < 0.6 * level["achieved_rate"], level
     assert level["backlog_growth"] > level["backlog_allowance"], level
     assert any(b.startswith("backlog grew") for b in LAX.violated(level)), level
+
+
+@pytest.mark.integration
+def test_senders_end_when_the_process_that_started_them_is_killed(tmp_path: Path) -> None:
+    """A probe killed with SIGKILL mid-level (no cleanup runs) leaves no sender behind: each sees
+    its command pipe close, stops its requests and exits."""
+    import signal
+
+    from tuner import procfs
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import asyncio, sys, time\n"
+        "from tuner.probes._senders import Plan, Senders\n"
+        "async def main():\n"
+        "    s = Senders()\n"
+        "    plan = Plan(5.0, 1, 0.0, 'http://127.0.0.1:9/v1/completions', {}, 'completions', {}, str, 0, 8, 5.0)\n"
+        "    await s.start(plan, 2, [], lambda: None)\n"
+        "    print(' '.join(map(str, s.pids())), flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    assert parent.stdout is not None
+    pids = [int(p) for p in parent.stdout.readline().split()]
+    assert len(pids) == 2 and all(procfs.stat(p) is not None for p in pids)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any((st := procfs.stat(p)) is not None and not st.zombie for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if (st := procfs.stat(p)) is not None and not st.zombie]
+    for pid in alive:  # never leave one behind, even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert alive == [], f"senders {alive} outlived the killed probe"

@@ -330,7 +330,7 @@ async def _serve(commands: Connection, out: Connection) -> None:
             inbox.put_nowait(None)
 
     loop.add_reader(commands.fileno(), readable)
-    out.send(("ready", None))
+    _send(out, ("ready", None))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     client: httpx.AsyncClient | None = None
     try:
@@ -388,7 +388,7 @@ async def _level(plan: Plan, client: httpx.AsyncClient, inbox: asyncio.Queue[tup
     await stop_clients([sending, *list(tasks)], grace=plan.request_timeout)
     flusher.cancel()
     _flush(live, shipped, out)
-    out.send(("stopped", None))
+    _send(out, ("stopped", None))
     return msg is not None and msg[0] != "exit"
 
 
@@ -409,4 +409,12 @@ def _flush(live: dict[int, RequestRecord], shipped: dict[int, int], out: Connect
         if done:
             del live[i], shipped[i]
     if deltas:
-        out.send(("d", deltas))
+        _send(out, ("d", deltas))
+
+
+def _send(out: Connection, message: tuple[str, Any]) -> None:
+    """To the parent; a parent that is gone (killed) is no error here: the command pipe's end stops us."""
+    try:
+        out.send(message)
+    except OSError:
+        pass
