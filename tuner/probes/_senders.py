@@ -166,10 +166,6 @@ class Senders:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def count(self) -> int:
-        return len(self._procs)
-
     def pids(self) -> list[int]:
         return [p.popen.pid for p in self._procs]
 
