@@ -26,11 +26,8 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +35,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.fault.sse_server import running
 from tuner import procfs
-from tuner.partitions import free_port
 from tuner.probes import CEILING, LoadProbe, Senders, ServerHandle
 from tuner.probes.load import SEND_LAG_MAX, stream_request
 from tuner.records import Capacity
@@ -72,41 +69,10 @@ async def measure(url: str, concurrency: int, tokens: int, requests: int) -> tup
     return wall, sum(r.chunks for r in ok), len(records) - len(ok)
 
 
-@contextmanager
-def sse_server(core: int, *flags: str) -> Iterator[tuple[str, int]]:
-    """The never-the-bottleneck SSE server on ``core``: (its URL, its pid)."""
-    port = free_port("127.0.0.1", 33000, 100)
-    server = subprocess.Popen(
-        [
-            "taskset",
-            "--cpu-list",
-            str(core),
-            sys.executable,
-            str(ROOT / "tests/fault/sse_server.py"),
-            "--port",
-            str(port),
-            *flags,
-        ],
-        start_new_session=True,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(50):
-            try:
-                httpx.get(f"{url}/health", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        yield url, server.pid
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait()
-
-
 def main(concurrency: int, tokens: int, requests: int) -> None:
     cores = sorted(os.sched_getaffinity(0))
     server_cpu = str(cores[-1])
-    with sse_server(cores[-1]) as (url, _):
+    with running(core=cores[-1]) as (url, _):
         os.sched_setaffinity(0, {cores[0]})
         asyncio.run(measure(url, concurrency, tokens, concurrency))  # warm up
         wall, chunks, errors = asyncio.run(measure(url, concurrency, tokens, requests))
@@ -136,7 +102,7 @@ def open_loop(seconds: float, out: Path | None) -> None:
     cores = sorted(os.sched_getaffinity(0))
     rows: list[dict[str, Any]] = []
     ceilings: dict[int, float] = {}
-    with sse_server(cores[-1], "--each") as (url, server_pid):  # one event per write, as an engine streams
+    with running("--each", core=cores[-1]) as (url, server_pid):  # one event per write, as an engine streams
         os.sched_setaffinity(0, {cores[0]})  # the parent and its sender share one client core, as in a trial
         print(
             f"open loop: one sender and its parent on core {cores[0]}, the SSE server on core {cores[-1]}, {seconds:g} s windows"

@@ -20,10 +20,10 @@ from typing import Any
 import optuna
 
 from tuner.artifacts import RunDir
-from tuner.exceptions import ConfigError, TunerError
+from tuner.exceptions import ConfigError, TunerError, describe_failure
 from tuner.executors import Executor
 from tuner.ledger import Ledger
-from tuner.pick import pick
+from tuner.pick import Candidate
 from tuner.records import TrialOutcome
 from tuner.scheduler import Scheduler
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
@@ -106,13 +106,12 @@ def confirm(
     space: SearchSpace,
     run_dir: RunDir,
     runner: Executor,
+    chosen: Candidate,
     *,
     seconds: float = DEFAULT_SECONDS,
-    how: str = "knee",
     ledger: Ledger | None = None,
 ) -> Confirmation:
-    """Run the ``how`` pick at its SLO answer on a fresh server for ``seconds``; store and return it."""
-    chosen = pick(study, how)
+    """Run ``chosen`` (a pick) at its SLO answer on a fresh server for ``seconds``; store and return it."""
     answer = answer_of(space, chosen.trial)
     derived = confirmation_space(space, answer, seconds)
     limit = seconds + space.server.startup_timeout + MARGIN_S
@@ -136,8 +135,7 @@ def _run(scheduler: Scheduler, params: dict[str, Any], where: Any) -> TrialOutco
             try:
                 return future.result()
             except TunerError as exc:
-                evidence = getattr(exc, "evidence", None)
-                return evidence.describe() if evidence else f"{type(exc).__name__}: {exc}"
+                return describe_failure(exc)
         if scheduler.stop_reason:
             scheduler.stop()
             return f"stopped: {scheduler.stop_reason}"

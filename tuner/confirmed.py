@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["describe"]
+__all__ = ["describe", "describe_answer"]
+
+
+def describe_answer(answer: Mapping[str, float]) -> str:
+    """An SLO answer, {"concurrency": N} or {"rate": R}: "N clients" or "R requests/s"."""
+    return f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer.get('rate', 0):g} requests/s"
 
 
 def describe(found: Mapping[str, Any], number: int) -> list[str]:
     """Lines that say what a stored confirmation (``confirmed.<n>``) found."""
-    answer = found.get("answer") or {}
-    at = f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer.get('rate', 0):g} requests/s"
+    at = describe_answer(found.get("answer") or {})
     if found.get("failure"):
         return [f"confirmation of trial {number} at {at}: no result ({found['failure']})"]
     minutes = found.get("seconds", 0.0) / 60

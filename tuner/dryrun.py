@@ -7,7 +7,6 @@ the night's length is estimated from the budget and the engine's typical start."
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import optuna
@@ -15,7 +14,7 @@ import optuna
 from tuner import engines
 from tuner.objectives import ObjectiveSet
 from tuner.partitions import Partition, PartitionPool, make_partitions, trial_size
-from tuner.probes import CEILING
+from tuner.probes import CEILING, client_cores
 from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.study import make_sampler
 from tuner.trials import enqueue
@@ -102,7 +101,7 @@ def _open_loop_ceiling(space: SearchSpace, partition: Partition | None) -> list[
     if slo is None or slo.mode != "rate" or load is None:
         return []
     client = partition.client_cpus if partition is not None else ()
-    cores = len(client) or len(os.sched_getaffinity(0))
+    cores = len(client) or client_cores()
     where = "its partition's client cores" if client else "the cores this process may use"
     per_core = CEILING.rate(load.output_tokens)
     asked = f"up to max_rate {slo.max_rate:g}/s" if slo.max_rate else f"from {slo.start_rate:g}/s doubling, no max_rate"

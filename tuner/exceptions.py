@@ -90,6 +90,12 @@ def _rebuild(cls: type[_WithEvidence], message: str, evidence: Evidence) -> _Wit
     return cls(message, evidence=evidence)
 
 
+def describe_failure(exc: BaseException) -> str:
+    """What a failed run says: its evidence's description where it carries one, else its type and message."""
+    evidence = getattr(exc, "evidence", None)
+    return evidence.describe() if evidence is not None else f"{type(exc).__name__}: {exc}"
+
+
 class ConfigInfeasible(_WithEvidence):
     """The configuration cannot serve; the evidence says why."""
 

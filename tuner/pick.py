@@ -139,14 +139,12 @@ def study_floor(
     reference config's runs in groups measured close in time, when newer than those stored);
     until it measured one, the engine's fresh-server spread on its hardware (a prior, labelled:
     a one-run interval must cover a fresh server, never the window's CI alone)."""
-    if reference is None:
-        floor = noise_floor(repeated_runs(study), noisy)
-    else:
-        floor = noise_floor([*_revalidated_runs(study), *reference], noisy)
-    if floor.known:
+    record = read_study(study, trials=False)  # once: the re-runs, the reference and the prior
+    groups = reference_groups(record.noise) if reference is None else reference
+    floor = noise_floor([*_revalidated_runs(record), *groups], noisy)
+    if floor.known or not record.noise_prior:
         return floor
-    prior = read_study(study, trials=False).noise_prior
-    return prior_floor(prior, noisy) if prior else floor
+    return prior_floor(record.noise_prior, noisy)
 
 
 def repeated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:

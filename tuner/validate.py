@@ -28,7 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.artifacts import RunDir
-from tuner.exceptions import ConfigError, TunerError
+from tuner.exceptions import ConfigError, TunerError, describe_failure
 from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.noise import differs, is_noisy, kept, probe_cis
@@ -162,8 +162,7 @@ def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet, 
         outcome = future.result()
         values = objective.evaluate(outcome).values
     except (TunerError, KeyError) as exc:
-        evidence = getattr(exc, "evidence", None)
-        text = evidence.describe() if evidence else f"{type(exc).__name__}: {exc}"
+        text = describe_failure(exc)
         item.failures.append(text)
         return f"failed: {text}"
     item.values.append(values)

@@ -13,9 +13,15 @@ engine a feature is proven on.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
+import os
+import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -107,6 +113,31 @@ def serve(port: int, mode: str = "ok", capacity: int = 2, hold: float = 0.0, eac
     server = _Server(("127.0.0.1", port), make_handler(mode, capacity, hold, each))
     server.daemon_threads = True
     return server
+
+
+@contextmanager
+def running(*flags: str, core: int | None = None, first_port: int = 33000) -> Iterator[tuple[str, int]]:
+    """This server in a process and session of its own (on ``core`` when given, ``flags`` as on
+    its command line), once /health answers: (its URL, its pid); its group is ended afterwards."""
+    from tuner.partitions import free_port
+
+    port = free_port("127.0.0.1", first_port, 200)
+    pin = ["taskset", "--cpu-list", str(core)] if core is not None else []
+    proc = subprocess.Popen([*pin, sys.executable, __file__, "--port", str(port), *flags], start_new_session=True)
+    try:
+        for _ in range(100):
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+                conn.request("GET", "/health")
+                conn.getresponse().read()
+                conn.close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait()
 
 
 if __name__ == "__main__":

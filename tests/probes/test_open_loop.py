@@ -11,8 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import assert_group_gone, handle, llama_server_process
-from tuner.partitions import free_port
+from tests.fault.sse_server import running
 from tuner.probes import LoadProbe, ServerHandle
 from tuner.probes._senders import CEILING, Senders, arrival_offsets, senders_for
 from tuner.probes._stream import RequestRecord
@@ -116,28 +114,6 @@ def test_a_client_bound_rate_is_never_the_answer() -> None:
     assert found.stop_reason.startswith("bracketed: 5 requests/s hold the SLO, 5.5 could not be sent (client-bound")
 
 
-@contextmanager
-def _fast_server() -> Iterator[tuple[str, int]]:
-    """The SSE fault server (pre-built events, a listen backlog of 1024): never the bottleneck of
-    an open loop at these rates; (its URL, its pid)."""
-    port = free_port("127.0.0.1", 34000, 200)
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/fault/sse_server.py"), "--port", str(port)], start_new_session=True
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                httpx.get(f"{url}/health", timeout=1, trust_env=False)
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        yield url, proc.pid
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait()
-
-
 def _level(url: str, rate: float, *, cores: int, seconds: float = 3.0, tokens: int = 64) -> tuple[dict[str, Any], list[int]]:
     spec = LoadProbeSpec(prompt_tokens=8, output_tokens=tokens, duration=seconds, max_duration=seconds, warmup=1)
     probe = LoadProbe(spec)
@@ -160,7 +136,7 @@ def test_above_one_cores_ceiling_the_level_reaches_the_rate_or_records_its_short
     delivers (>= 0.97 of its schedule, sends on time) or is recorded client-bound; an SLO search
     starting there never answers with it. Every sender process is gone afterwards."""
     rate = 3 * CEILING.rate(64)
-    with _fast_server() as (url, _):
+    with running(first_port=34000) as (url, _):
         summary, pids = _level(url, rate, cores=1)
         found = asyncio.run(search_rate(_replay(summary), LAX, SloProbeSpec(mode="rate", start_rate=rate, max_levels=2)))
     delivered, lag = summary["achieved_over_offered"], summary["send_lag_p99"]
@@ -190,7 +166,7 @@ def _replay(first: dict[str, Any]) -> Any:
 def test_below_the_ceiling_two_senders_deliver_the_schedule() -> None:
     """A rate that needs two senders gets two, and together they send the one schedule on time."""
     rate = 1.2 * CEILING.headroom * CEILING.rate(64)  # more than one sender plans for, well under two cores
-    with _fast_server() as (url, _):
+    with running(first_port=34000) as (url, _):
         summary, _ = _level(url, rate, cores=2)
     assert summary["senders"] == 2, summary
     assert summary["achieved_over_offered"] >= DELIVERED_MIN and not summary["client_bound"], summary

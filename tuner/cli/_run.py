@@ -17,6 +17,7 @@ from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
 from tuner.confirm import MARGIN_S, answer_of, confirm
 from tuner.confirmed import describe as describe_confirmation
+from tuner.confirmed import describe_answer
 from tuner.credentials import mask
 from tuner.devices import GpuHygiene
 from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
@@ -256,9 +257,9 @@ def _confirm(study, space, run_dir, runner, ledger, seconds: float, left: float 
     except ConfigError as exc:
         echo(f"\nconfirm: skipped, {exc}")
         return
-    at = f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer['rate']:g} requests/s"
+    at = describe_answer(answer)
     echo(f"\nconfirm: the pick (trial {chosen.number}) at {at} for {format_duration(seconds)} on a fresh server")
-    found = confirm(study, space, run_dir, runner, seconds=seconds, ledger=ledger)
+    found = confirm(study, space, run_dir, runner, chosen, seconds=seconds, ledger=ledger)
     for line in describe_confirmation(found.to_dict(), found.trial):
         echo(f"  {line}")
 

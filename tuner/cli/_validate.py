@@ -10,6 +10,7 @@ from tuner.cli._common import echo, open_existing, stored_objective_set, stored_
 from tuner.confirm import answer_of
 from tuner.confirm import confirm as confirm_pick
 from tuner.confirmed import describe as describe_confirmation
+from tuner.confirmed import describe_answer
 from tuner.exceptions import ConfigError
 from tuner.executors import InlineExecutor
 from tuner.lock import StudyLock
@@ -79,6 +80,5 @@ def run_confirmation(study, space, *, seconds: float, how: str):
     """The pick at its SLO answer for ``seconds`` on a fresh server, run here (inline)."""
     chosen = pick(study, how)
     answer = answer_of(space, chosen.trial)
-    at = f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer['rate']:g} requests/s"
-    echo(f"confirm: trial {chosen.number} at {at} for {format_duration(seconds)} on a fresh server")
-    return confirm_pick(study, space, RunDir.for_study(study.study_name), InlineExecutor(), seconds=seconds, how=how)
+    echo(f"confirm: trial {chosen.number} at {describe_answer(answer)} for {format_duration(seconds)} on a fresh server")
+    return confirm_pick(study, space, RunDir.for_study(study.study_name), InlineExecutor(), chosen, seconds=seconds)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tuner.probes._base import Probe, ServerHandle
-from tuner.probes._senders import CEILING, Senders
+from tuner.probes._senders import CEILING, Senders, client_cores
 from tuner.probes.confirm import ConfirmProbe
 from tuner.probes.load import LoadProbe
 from tuner.probes.overload import OverloadProbe
@@ -29,6 +29,7 @@ __all__ = [
     "ServedContextProbe",
     "ServerHandle",
     "SloProbe",
+    "client_cores",
     "from_space",
     "metric_names",
 ]

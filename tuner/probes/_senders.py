@@ -44,7 +44,6 @@ __all__ = [
     "Plan",
     "Senders",
     "arrival_offsets",
-    "ceiling_per_core",
     "client_cores",
     "senders_for",
     "with_prompt",
@@ -81,10 +80,6 @@ class Ceiling:
 # 60-66 requests/s of 128-token vLLM streams (docs/goodput.md), near the 50 ms bound, so about 80 us
 # a token (the bulk server's 4.8 us is a floor, not the cost).
 CEILING = Ceiling(per_request_s=1.4e-3, per_token_s=8.0e-5)
-
-
-def ceiling_per_core(output_tokens: int) -> float:
-    return CEILING.rate(output_tokens)
 
 
 def client_cores() -> int:

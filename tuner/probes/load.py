@@ -27,7 +27,7 @@ from tuner import progress
 from tuner.engines import counter_total
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
-from tuner.probes._senders import Plan, Senders, arrival_offsets, ceiling_per_core, client_cores, senders_for, with_prompt
+from tuner.probes._senders import CEILING, Plan, Senders, arrival_offsets, client_cores, senders_for, with_prompt
 from tuner.probes._stream import RequestRecord, stop_clients, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.records import Capacity, ProbeResult
@@ -236,7 +236,7 @@ class LoadProbe(Probe):
             logger.warning(
                 "open loop: %d client core(s) cannot send %.3g requests/s of %d-token streams (one core sends about %.0f/s); "
                 "the level records what was sent",
-                cores, rate, spec.output_tokens, ceiling_per_core(spec.output_tokens),
+                cores, rate, spec.output_tokens, CEILING.rate(spec.output_tokens),
             )  # fmt: skip
         url, body, headers = self._template(server)
         first = next(self._requests)

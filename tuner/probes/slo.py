@@ -210,7 +210,7 @@ class Search:
         """The largest level that held, below every level that broke or could not be sent (a level
         that held above one that broke is noise around the answer: the lower break wins)."""
         ceiling = self.ceiling if self.ceiling is not None else float("inf")
-        return max((lv for lv, b in self.broken.items() if not b and lv < ceiling and lv not in self.client_bound), default=0)
+        return max((lv for lv, b in self.broken.items() if not b and lv < ceiling), default=0)  # client-bound: >= ceiling
 
     @property
     def broke(self) -> float | None:
