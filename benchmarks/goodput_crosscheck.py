@@ -10,6 +10,9 @@ together (one asyncio client process falls behind above ~65 requests/s here: it 
 delivered its rate). Their per-request results (``--save-detailed``) are merged into one TTFT
 and ITL p99; each process's delivered rate is its requests over the span of its send times
 (``start_times``), and the merged achieved/offered must be >= 0.98 for the run to count.
+The closed loop splits too (``--split K`` > 1): N clients shared among K processes
+(``--max-concurrency``), each showing the concurrency it kept (its mean requests in flight
+between its first and last send) for the same 0.98.
 
 Prints one line per level and the ratio goodput / bench throughput at N; writes the bench's raw
 results and a summary JSON under --out.
@@ -61,22 +64,32 @@ def bench(url: str, model: str, level: list[str], prompts: int, prompt_tokens: i
 DELIVERED = 0.98  # a bench run that sent less of its offered rate is not a check of the server
 
 
+def shares(total: float, k: int, *, whole: bool) -> list[float]:
+    """``total`` split over ``k`` processes: rate/k each, or whole clients (the first ones one more)."""
+    if not whole:
+        return [total / k] * k
+    n = int(total)
+    return [float(n // k + (1 if i < n % k else 0)) for i in range(min(k, n))]
+
+
 def bench_split(
-    url: str, model: str, rate: float, k: int, seconds: float, prompt_tokens: int, output_tokens: int, out: Path
+    url: str, model: str, level: float, k: int, load: tuple[float, int, int], out: Path, *, closed: bool = False
 ) -> dict:
-    """``rate`` requests/s from ``k`` `vllm bench serve` processes at rate/k each, started
-    together; their per-request results merged: one TTFT and ITL p99 over every request, the
-    output throughputs summed, and what they delivered (``achieved_over_offered``)."""
-    share = rate / k
-    prompts = max(2, round(share * seconds))
+    """``level`` from ``k`` `vllm bench serve` processes started together: requests/s at level/k
+    each, or (``closed``) level clients shared among them with ``--max-concurrency``. Their
+    per-request results merged: one TTFT and ITL p99 over every request, the output throughputs
+    summed, and what they delivered (``achieved_over_offered``). ``load`` is (seconds of arrivals,
+    or requests per client when closed; prompt tokens; output tokens)."""
+    amount, prompt_tokens, output_tokens = load
     procs = []
-    for i in range(k):
-        tag = f"r{rate:g}-p{i}"
+    for i, share in enumerate(shares(level, k, whole=closed)):
+        tag = f"{'c' if closed else 'r'}{level:g}-p{i}"
+        flag = ["--max-concurrency", f"{share:g}"] if closed else ["--request-rate", f"{share:g}"]
         argv = [
             sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
             "--backend", "vllm", "--base-url", url, "--model", model, "--tokenizer", model,
             "--dataset-name", "random", "--random-input-len", str(prompt_tokens), "--random-output-len", str(output_tokens),
-            "--ignore-eos", "--num-prompts", str(prompts), "--request-rate", f"{share:g}",
+            "--ignore-eos", "--num-prompts", str(max(2, round(share * amount))), *flag,
             "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "99", "--save-result", "--save-detailed",
             "--result-dir", str(out), "--result-filename", f"bench-{tag}.json", "--seed", str(1000 + i),
         ]  # fmt: skip
@@ -89,16 +102,38 @@ def bench_split(
         if code != 0:
             raise RuntimeError(f"vllm bench serve (part {tag}) exited {code}: see {out}/bench-{tag}.log")
         results.append(json.loads((out / f"bench-{tag}.json").read_text()))
-    return merge(results, rate)
+    return merge(results, level, closed=closed)
 
 
-def merge(results: list[dict], rate: float) -> dict:
-    """One result from several bench processes' detailed results (seconds in their lists)."""
+def _in_flight(r: dict) -> float | None:
+    """Mean requests in flight of one closed-loop part between its first and last send: its
+    clients stay busy there while requests remain, so this is the concurrency it delivered.
+    A request is in flight from its send to its last token (TTFT plus its inter-token gaps)."""
+    starts, ttfts, itls = r.get("start_times") or [], r.get("ttfts") or [], r.get("itls") or []
+    if len(starts) < 2 or len(ttfts) != len(starts):
+        return None
+    lo, hi = min(starts), max(starts)
+    if hi <= lo:
+        return None
+    ends = [s + (t or 0.0) + sum(g) for s, t, g in zip(starts, ttfts, itls or [[]] * len(starts), strict=False)]
+    busy = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in zip(starts, ends, strict=True))
+    return busy / (hi - lo)
+
+
+def merge(results: list[dict], level: float, *, closed: bool = False) -> dict:
+    """One result from several bench processes' detailed results (seconds in their lists).
+    ``level`` is the offered rate, or (``closed``) the offered number of clients."""
     ttfts, itls, achieved, spans = [], [], 0.0, []
     for r in results:
         errors = r.get("errors") or [""] * len(r.get("ttfts") or [])
         ttfts += [t for t, e in zip(r.get("ttfts") or [], errors, strict=False) if not e and t]
         itls += [g for gaps, e in zip(r.get("itls") or [], errors, strict=False) if not e for g in gaps]
+        if closed:
+            held = _in_flight(r)
+            if held is not None:
+                achieved += held
+                spans.append(held)
+            continue
         starts = sorted(r.get("start_times") or [])
         if len(starts) >= 2 and starts[-1] > starts[0]:
             achieved += (len(starts) - 1) / (starts[-1] - starts[0])
@@ -112,18 +147,20 @@ def merge(results: list[dict], rate: float) -> dict:
         "parts": len(results),
         "requests_per_part": [r.get("completed", 0) + (r.get("failed", 0) or 0) for r in results],
     }
+    key = "achieved_concurrency" if closed else "achieved_rate"
     if len(spans) == len(results):
-        merged.update(achieved_rate=achieved, achieved_over_offered=achieved / rate, delivery_from="send times")
-    else:  # no send times saved: the requests over the run's duration less one mean request (the drain)
+        merged.update({key: achieved, "achieved_over_offered": achieved / level, "delivery_from": "send times"})
+    elif not closed:  # no send times saved: the requests over the run's duration less one mean request (the drain)
         achieved = sum(
             (r["completed"] + (r.get("failed", 0) or 0)) / max(1e-9, r["duration"] - r["mean_e2el_ms"] / 1000) for r in results
         )
-        merged.update(achieved_rate=achieved, achieved_over_offered=achieved / rate, delivery_from="duration less a request")
+        merged.update(achieved_rate=achieved, achieved_over_offered=achieved / level, delivery_from="duration less a request")
     return merged
 
 
 def _sent(r: dict) -> dict:
-    return {k: r[k] for k in ("achieved_rate", "achieved_over_offered", "delivery_from", "parts", "requests_per_part") if k in r}
+    keys = ("achieved_rate", "achieved_concurrency", "achieved_over_offered")
+    return {k: r[k] for k in (*keys, "delivery_from", "parts", "requests_per_part") if k in r}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,7 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--prompts-per-client", type=int, default=20, help="requests per client: ramp and drain under 5 %")
     ap.add_argument("--seconds", type=float, default=60.0, help="open loop: each run's length (prompts = rate x seconds)")
-    ap.add_argument("--split", type=int, default=4, help="open loop: bench processes sharing the rate (R/K each)")
+    ap.add_argument(
+        "--split",
+        type=int,
+        default=4,
+        help="bench processes sharing the load: R/K requests/s or N/K clients each (1: one process)",
+    )
     args = ap.parse_args(argv)
     end_servers_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -159,10 +201,10 @@ def main(argv: list[str] | None = None) -> None:
     ) as server:  # fmt: skip
         server.wait_ready()
         for level in levels:
-            if rate:
-                r = bench_split(
-                    server.url, model, level, args.split, args.seconds, load.prompt_tokens, load.output_tokens, args.out
-                )
+            if args.split > 1 or rate:
+                amount = args.seconds if rate else args.prompts_per_client
+                shape = (amount, load.prompt_tokens, load.output_tokens)
+                r = bench_split(server.url, model, level, args.split, shape, args.out, closed=not rate)
             else:
                 prompts = args.prompts_per_client * int(level)
                 flag = ["--max-concurrency", str(level)]
@@ -177,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
             broke = targets.violated(figures)
             delivered = r.get("achieved_over_offered")
             if delivered is not None and delivered < DELIVERED:
-                broke = [f"not delivered: {delivered:.3f} of the offered rate < {DELIVERED}", *broke]
+                broke = [f"not delivered: {delivered:.3f} of the offered {unit} < {DELIVERED}", *broke]
             key = "rate" if rate else "concurrency"
             rows.append({key: level, "output_tok_s": r["output_throughput"], **figures, "broke": broke, **_sent(r)})
             sent = f", achieved/offered {delivered:.3f} ({r['delivery_from']})" if delivered is not None else ""
@@ -198,9 +240,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"tune: trial {chosen.number} holds the SLO at {answer} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}")
     print(f"ratio goodput / bench output throughput at {answer}: {ratio:.3f} (within 5 %: {abs(ratio - 1) <= 0.05})")
     print(f"bench meets the SLO at the answer: {not rows[0]['broke']}; misses it at 1.25 x: {bool(rows[1]['broke'])}")
+    at = ", ".join(f"{row['achieved_over_offered']:.3f}" for row in rows if "achieved_over_offered" in row)
+    if at:
+        print(f"bench achieved/offered at the answer and 1.25 x: {at} (each >= {DELIVERED} for the run to count)")
     if rate:
-        at = ", ".join(f"{row['achieved_over_offered']:.3f}" for row in rows if "achieved_over_offered" in row)
-        print(f"bench achieved/offered at R and 1.25 R: {at} (each >= {DELIVERED} for the run to count)")
         levels = (m.get("slo.achieved_over_offered"), m.get("slo.completion_rate"), m.get("slo.offered_rate"))
         print(f"tune at R: achieved/offered {levels[0]}, completed {levels[1]} requests/s of {levels[2]} offered")
 

@@ -3,11 +3,14 @@
 # (back-to-back calls: scripts/h200-grid.sh's header; this call carries .gpu/mg/3 and .gpu/mg/4):
 #   PHASE=tune  bash scripts/h200-goodput.sh   # the goodput tune (search_spaces/h200-vllm-goodput.yaml);
 #                                              # rerun to go on (the study stays in runs/ while the machine is warm)
-#   PHASE=bench bash scripts/h200-goodput.sh   # the pick on a fresh server under `vllm bench serve` at N and 1.25 N
+#   PHASE=bench bash scripts/h200-goodput.sh   # the pick on a fresh server under `vllm bench serve` at N and 1.25 N,
+#                                              # the N clients shared by SPLIT (4) bench processes
 #   STUDY=h200-vllm-goodput-rate PHASE=tune|bench  # the open-loop answer (search_spaces/h200-vllm-goodput-rate.yaml),
 #                                              # benched with --request-rate R and 1.25 R, SECONDS_PER_RUN (60) s each,
 #                                              # split over SPLIT (4) vllm bench processes at R/SPLIT each, merged
 #   PHASE=confirm CONFIRM=7m                   # the pick at its SLO answer for CONFIRM on a fresh server (tune validate --confirm)
+#   DB=path/study.db                           # any phase: start from this committed study when runs/ has none
+#                                              # (default docs/data/goodput/$STUDY.db)
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"; study=${STUDY:-h200-vllm-goodput}
@@ -16,10 +19,9 @@ t0=$(date +%s)
 source scripts/h200-install.sh vllm || exit 1
 source scripts/h200-smollm2.sh || exit 1
 echo "ready after $(( $(date +%s) - t0 ))s"
+db=${DB:-docs/data/goodput/$study.db}   # a committed study to go on from, where runs/ has none
+if [ ! -f "runs/$study/study.db" ] && [ -f "$db" ]; then mkdir -p "runs/$study" && cp "$db" "runs/$study/study.db"; fi
 if [ "${PHASE:-tune}" = tune ]; then
-  if [ ! -f "runs/$study/study.db" ] && [ -f "docs/data/goodput/$study.db" ]; then
-    mkdir -p "runs/$study" && cp "docs/data/goodput/$study.db" "runs/$study/study.db"
-  fi
   hard=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 25 ))
   timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "search_spaces/$study.yaml" --no-remeasure \
     --study "$study" --timeout "$(( hard - 70 ))s"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from goodput_crosscheck import merge
+from goodput_crosscheck import merge, shares
 
 
 def _part(starts: list[float], ttft: float, failed: int = 0) -> dict:
@@ -24,16 +24,39 @@ def _part(starts: list[float], ttft: float, failed: int = 0) -> dict:
 def test_parts_merge_into_one_p99_and_their_delivered_rate() -> None:
     a = _part([i * 0.1 for i in range(101)], ttft=0.2)  # 10 requests/s each over 10 s
     b = _part([i * 0.1 for i in range(101)], ttft=0.8, failed=1)
-    merged = merge([a, b], rate=20.0)
+    merged = merge([a, b], 20.0)
     assert merged["completed"] == 201 and merged["failed"] == 1 and merged["output_throughput"] == 200.0
     assert merged["p99_ttft_ms"] == pytest.approx(800.0) and merged["p99_itl_ms"] == pytest.approx(20.0)
     assert merged["achieved_over_offered"] == pytest.approx(1.0) and merged["delivery_from"] == "send times"
-    behind = merge([a, _part([i * 0.125 for i in range(101)], ttft=0.2)], rate=20.0)  # the second sent 8/s of its 10
+    behind = merge([a, _part([i * 0.125 for i in range(101)], ttft=0.2)], 20.0)  # the second sent 8/s of its 10
     assert behind["achieved_over_offered"] == pytest.approx(0.9)
 
 
 def test_without_send_times_the_duration_less_a_request_is_the_span() -> None:
     part = _part([i * 0.1 for i in range(101)], ttft=0.2)
     del part["start_times"]
-    merged = merge([part], rate=10.0)
+    merged = merge([part], 10.0)
     assert merged["delivery_from"] == "duration less a request" and merged["achieved_over_offered"] == pytest.approx(1.01)
+
+
+def _closed_part(clients: int, latency: float, gap: float, n: int) -> dict:
+    """``clients`` loops, each sending its next request ``gap`` s after the last one ended."""
+    starts = sorted(c * 0.01 + i * (latency + gap) for c in range(clients) for i in range(n))
+    return {
+        "completed": len(starts), "failed": 0, "output_throughput": 50.0, "start_times": starts,
+        "ttfts": [latency / 2] * len(starts), "itls": [[latency / 4, latency / 4]] * len(starts),
+        "errors": [""] * len(starts),
+    }  # fmt: skip
+
+
+def test_closed_loop_parts_show_the_clients_they_kept_busy() -> None:
+    kept = merge([_closed_part(5, 1.0, 0.0, 20), _closed_part(5, 1.0, 0.0, 20)], 10, closed=True)
+    assert kept["achieved_concurrency"] == pytest.approx(10.0, rel=0.01) and kept["output_throughput"] == 100.0
+    assert kept["achieved_over_offered"] == pytest.approx(1.0, rel=0.01)
+    slow = merge([_closed_part(5, 1.0, 0.25, 20)], 5, closed=True)  # a client idles 0.25 s between its requests
+    assert slow["achieved_over_offered"] == pytest.approx(0.8, rel=0.02)
+
+
+def test_clients_split_whole_and_rates_evenly() -> None:
+    assert shares(10, 4, whole=True) == [3.0, 3.0, 2.0, 2.0] and shares(3, 4, whole=True) == [1.0, 1.0, 1.0]
+    assert shares(60, 4, whole=False) == [15.0] * 4
