@@ -66,6 +66,43 @@ def echo_table(rows: list[dict[str, object]], *, floats: str = "{:,.1f}", width:
     console.print(table)
 
 
+def echo_wide(rows: list[dict[str, object]], *, lead: list[str], groups: list[list[str]], width: int) -> None:
+    """Rows within ``width`` with every header in full and nothing cut: one table where all
+    columns fit, else each of the ``groups`` of columns (results, then parameters) in as many
+    tables as it takes, each led by the ``lead`` columns; the ``note`` column then goes under
+    the tables, wrapped, one line per row that has a note."""
+    import textwrap
+
+    columns = [name for group in [lead, *groups] for name in group]
+    noted = [r for r in rows if r.get("note")]
+    size = {name: max([len(name), *(len(_cell(r.get(name), "{:,.1f}")) for r in rows)]) for name in [*columns, "note"]}
+    whole = [*columns, "note"] if noted else columns
+    if _span(whole, size) <= width:
+        echo_table([{k: r.get(k) for k in whole} for r in rows])
+        return
+    tables: list[list[str]] = []
+    for group in groups:
+        for i, name in enumerate(group):
+            if i and _span([*tables[-1], name], size) <= width:
+                tables[-1].append(name)
+            else:
+                tables.append([*lead, name])
+    for n, names in enumerate(tables):
+        if n:
+            echo()
+        echo_table([{k: r.get(k) for k in names} for r in rows], width=width)
+    if noted:
+        echo("\nnotes:")
+        for r in noted:
+            head = "  " + " ".join(str(r.get(k)) for k in lead) + ": "
+            echo(textwrap.fill(str(r["note"]), width, initial_indent=head, subsequent_indent=" " * 6, break_on_hyphens=False))
+
+
+def _span(names: list[str], size: dict[str, int], gap: int = 3) -> int:
+    """Characters a table of these columns takes: each as wide as its widest cell or header."""
+    return sum(size[name] for name in names) + gap * (len(names) - 1)
+
+
 def _fit(headers: list[int], cells: list[int], keep: list[bool], width: int, gap: int = 3) -> list[int]:
     """Column widths within ``width``: kept columns (numbers, state) never narrower than their
     cells, their headers cut first (to 12 characters, 8, then 4); the other columns share

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import optuna
 import typer
 
-from tuner.cli._common import echo, echo_table, open_existing, terminal_width
+from tuner.cli._common import echo, echo_wide, open_existing, terminal_width
 from tuner.confirmed import describe as describe_confirmation
 from tuner.gain import gains
 from tuner.lock import stale_running
@@ -35,7 +35,9 @@ def print_table(study: optuna.Study, width: int | None = None) -> None:
     if not rows:
         echo("no trials yet")
         return
-    echo_table(rows, width=width or terminal_width())
+    params = list(dict.fromkeys(k for t in read_trials(study) for k in t.params))
+    results = [k for k in rows[0] if k not in ("#", "note", *params)]
+    echo_wide(rows, lead=["#"], groups=[results, params], width=width or terminal_width())
     counts = dict(Counter(str(r["state"]) for r in rows))
     echo(f"\ntrials by state: {counts}")
     if counts.get("RUNNING") and (stale := stale_running(study)):
