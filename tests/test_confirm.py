@@ -4,8 +4,10 @@ export and report; a run that breaks the SLO in one slice did not hold it throug
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import tiny_space
+from tuner.ledger import Ledger
 from tuner.probes.confirm import drift, verdict
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, SloTargets
 
@@ -107,6 +110,26 @@ def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_comman
     assert report.returncode == 0, report.stderr
     markdown = (tmp_path / "runs/c/report.md").read_text()
     assert "confirmation of trial 0: 0.1 min at 2 clients on a fresh server held the SLO throughout" in markdown
+    _sigterm_mid_confirmation_ends_the_server(tmp_path)
+
+
+def _sigterm_mid_confirmation_ends_the_server(tmp_path: Path) -> None:
+    """SIGTERM (`timeout`, as on the H200, where the engine outlived it) during a long
+    confirmation: the command exits 143 and the server's whole group is gone, its ledger empty."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "validate", "--study", "c", "--confirm", "--seconds", "60s"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    ledger, phase = Ledger(tmp_path / "runs/c/servers"), tmp_path / "runs/c/confirm/trial0-1/phase.json"
+    deadline = time.monotonic() + 60
+    while not (phase.exists() and "confirm" in phase.read_text() and ledger.entries()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.2)
+    entries = ledger.entries()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out
+    assert all(not entry.members() for entry in entries) and not ledger.entries(), (entries, out)
 
 
 @pytest.mark.integration

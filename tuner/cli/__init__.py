@@ -10,6 +10,8 @@ import traceback
 
 import typer
 
+from tuner.server import end_servers_on_sigterm
+
 try:  # Typer >= 0.20 vendors Click and raises its own copies of Click's exceptions
     click_errors = importlib.import_module("typer._click.exceptions")
 except ImportError:  # pragma: no cover - older Typer on top of Click
@@ -42,6 +44,9 @@ def _root(
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
+    # SIGTERM (`timeout`, systemd, a job scheduler) unwinds every `with` that holds a server, so
+    # `tune validate` ends its engine's group as Ctrl-C does; `tune run` installs its own handlers
+    end_servers_on_sigterm()
 
 
 def _version() -> str:
