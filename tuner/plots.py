@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tuner.pareto import StudyFront
 from tuner.trials import TrialRecord
 
-__all__ = ["concurrency_html", "front_html", "front_png", "importance_html", "power_html", "slo_html", "timeline_html"]
+__all__ = [
+    "concurrency_html",
+    "front_html",
+    "front_png",
+    "importance_html",
+    "level_metric",
+    "power_html",
+    "slo_html",
+    "timeline_html",
+]
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
 
@@ -192,15 +201,29 @@ def timeline_html(study_trials: Sequence[TrialRecord]) -> str:
     return fig.to_html(include_plotlyjs=False, full_html=False, div_id="timeline")
 
 
-def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = "load.output_tok_s") -> str:
-    """Throughput against concurrency, one line per measured trial (``metric@C`` of each level)."""
+def level_metric(study_trials: Sequence[TrialRecord], preferred: str) -> str | None:
+    """The metric to draw against load: ``preferred`` where some trial measured it per level
+    (``metric@C``), else the load probe's throughput; None where no trial has two levels of either."""
+    for metric in dict.fromkeys((preferred, "load.output_tok_s")):
+        if any(len(_levels(t.metrics, metric)) >= 2 for t in study_trials):
+            return metric
+    return None
+
+
+def _levels(metrics: Mapping[str, float], metric: str) -> list[int]:
+    return sorted(int(k.rsplit("@", 1)[1]) for k in metrics if k.startswith(f"{metric}@") and k.rsplit("@", 1)[1].isdigit())
+
+
+def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = "load.output_tok_s") -> str | None:
+    """Throughput against concurrency, one line per trial measured at two levels or more
+    (``metric@C`` of each level); None when no trial was (a chart of axes alone says nothing)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for t in study_trials:
         metrics = t.metrics
-        levels = sorted(int(k.rsplit("@", 1)[1]) for k in metrics if k.startswith(f"{metric}@") and k.rsplit("@", 1)[1].isdigit())
-        if levels:
+        levels = _levels(metrics, metric)
+        if len(levels) >= 2:
             fig.add_trace(
                 go.Scatter(
                     x=levels,
@@ -211,10 +234,12 @@ def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = "load.ou
                     hoverinfo="text+x+y",
                 )
             )
+    if not fig.data:
+        return None
     fig.update_layout(
         title=f"{metric} vs concurrency, per trial", xaxis_title="concurrency", yaxis_title=metric, template="plotly_white"
     )
-    return fig.to_html(include_plotlyjs=False, full_html=False, div_id="concurrency")
+    return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id="concurrency"))
 
 
 def importance_html(study, target_index: int, target_name: str) -> str | None:  # optuna.Study
@@ -239,15 +264,16 @@ def importance_html(study, target_index: int, target_name: str) -> str | None:  
     return fig.to_html(include_plotlyjs=False, full_html=False, div_id="importance")
 
 
-def slo_html(study_trials: Sequence[TrialRecord], targets: Any) -> str:
-    """Each trial's p99 latencies against concurrency (the SLO probe's levels), the SLO as dashed lines."""
+def slo_html(study_trials: Sequence[TrialRecord], targets: Any, *, rate: bool = False) -> str | None:
+    """Each trial's p99 latencies against load (the SLO probe's levels: clients, or requests/s
+    with ``rate``), the SLO as dashed lines; None when no trial ran the SLO probe."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     names = [n for n in ("ttft_p99", "itl_p99", "tpot_p99") if getattr(targets, n, None) is not None]
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=[f"{n} (s)" for n in names])
     for t in study_trials:
-        levels = sorted(((int(c), v) for c, v in (t.slo.get("levels") or {}).items()), key=lambda cv: cv[0])
+        levels = sorted(((float(c), v) for c, v in (t.slo.get("levels") or {}).items()), key=lambda cv: cv[0])
         for col, name in enumerate(names, start=1):
             points = [(c, v[name]) for c, v in levels if v.get(name) is not None]
             if points:
@@ -265,8 +291,10 @@ def slo_html(study_trials: Sequence[TrialRecord], targets: Any) -> str:
                     row=1,
                     col=col,
                 )
+    if not fig.data:
+        return None
     for col, name in enumerate(names, start=1):
         fig.add_hline(y=getattr(targets, name), line_dash="dash", line_color="red", row=1, col=col)
-    fig.update_xaxes(title_text="concurrent clients", type="log")
+    fig.update_xaxes(title_text="requests/s (Poisson arrivals)" if rate else "concurrent clients", type="log")
     fig.update_layout(title="p99 latency against load (dashed: the SLO)", template="plotly_white")
     return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id="slo"))

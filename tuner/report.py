@@ -20,7 +20,7 @@ from tuner.limits import default_contexts
 from tuner.lock import stale_running
 from tuner.pareto import fronts
 from tuner.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
-from tuner.plots import concurrency_html, front_html, importance_html, power_html, slo_html, timeline_html
+from tuner.plots import concurrency_html, front_html, importance_html, level_metric, power_html, slo_html, timeline_html
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
 from tuner.trials import TrialRecord, read_trials
@@ -118,7 +118,7 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
         md += ["none", ""]
     md += [f"## Front: {y} vs {x}", "", f"| trial | {x} | {y} | params |", "|---|---|---|---|"]
     for f in the_fronts:
-        md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | `{p.params}` |" for p in f.front]
+        md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | {_params_cell(p.params)} |" for p in f.front]
         md += ["", f"hypervolume {f.hypervolume:,.1f} (reference 0, 0)", ""]
     md += ["## Trials", "", *_trials_rows(everything, metric_names), ""]
     md += ["## Re-validation on fresh servers (means, 95 % CI)", "", *_revalidation_rows(study), ""]
@@ -161,29 +161,34 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
 
     plot = front_html(the_fronts, x, y, full_html=False)  # carries plotly.js once; the other plots reuse it
     measured = [t for t in everything if t.telemetry.get("trace")]
-    plots = [
-        ("Timeline", timeline_html(everything)),
-        ("Throughput vs concurrency", concurrency_html(everything, y.split("@")[0])),
-    ]
-    if space.probes.slo is not None and space.probes.slo.targets is not None:
-        plots.append(("Latency against load, with the SLO", slo_html(everything, space.probes.slo.targets)))
-    importance = importance_html(study, throughput or 0, y) if metric_names else None
-    plots.append(
+    metric = level_metric(everything, y.split("@")[0])
+    slo = space.probes.slo
+    plots: list[tuple[str, str | None, str]] = [
+        ("Timeline", timeline_html(everything), ""),
         (
-            "Parameter importance (Optuna)",
-            importance or "<p>not computable yet (needs two or more complete trials that differ)</p>",
-        )
+            "Throughput vs concurrency",
+            concurrency_html(everything, metric) if metric else None,
+            "no trial measured its throughput at two load levels or more",
+        ),
+    ]
+    if slo is not None and slo.targets is not None:
+        drawn = slo_html(everything, slo.targets, rate=slo.mode == "rate")
+        plots.append(("Latency against load, with the SLO", drawn, "no trial ran the SLO probe"))
+    importance = importance_html(study, throughput or 0, y) if metric_names else None
+    why = "not computable yet (needs two or more complete trials that differ)"
+    plots.append(("Parameter importance (Optuna)", importance, why))
+    plots.append(("Power per trial", power_html(measured) if measured else None, "no trial sampled power (telemetry)"))
+    power = "".join(
+        f"<h2>{html.escape(title)}</h2>{div}" if div else f"<p>{html.escape(title)}: left out, {html.escape(why)}</p>"
+        for title, div, why in plots
     )
-    if measured:
-        plots.append(("Power per trial", power_html(measured)))
-    power = "".join(f"<h2>{html.escape(title)}</h2>{div}" for title, div in plots)
     body = _markdown_to_html(markdown)
     page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>tuner report: {html.escape(name)}</title>"
         "<style>body{font-family:sans-serif;max-width:1400px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;display:block;overflow-x:auto;font-size:13px}td,th{border:1px solid #ccc;padding:3px "
-        "8px;white-space:nowrap}"
+        "table{border-collapse:collapse;font-size:13px;max-width:100%}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "overflow-wrap:anywhere}th{white-space:nowrap}"
         "pre{background:#f6f6f6;padding:8px;overflow-x:auto}</style>"
         f"</head><body>{body}<h2>Front (interactive)</h2>{plot}{power}</body></html>"
     )
@@ -198,7 +203,7 @@ def _trials_rows(trials: list[TrialRecord], names: list[str]) -> list[str]:
     for t in trials:
         m = t.metrics
         cells = [f"{m[k]:,.2f}" if k in m else "-" for k in shown]
-        params = ", ".join(f"{k}={v}" for k, v in t.params.items())
+        params = _params_cell(t.params)
         when = [d.strftime("%Y-%m-%d %H:%M:%S") if d else "-" for d in (t.datetime_start, t.datetime_complete)]
         failure = t.signature or t.invalid_combination or (t.error or "")[:60]
         ok = "-" if t.state.name != "COMPLETE" else ("yes" if t.feasible else "no")
@@ -209,7 +214,7 @@ def _trials_rows(trials: list[TrialRecord], names: list[str]) -> list[str]:
                 [
                     str(t.number),
                     t.state.name,
-                    params.replace("|", "/"),
+                    params,
                     *cells,
                     ok,
                     failure.replace("|", "/") or "-",
@@ -220,6 +225,11 @@ def _trials_rows(trials: list[TrialRecord], names: list[str]) -> list[str]:
             + " |"
         )
     return rows
+
+
+def _params_cell(params: Mapping[str, object]) -> str:
+    """Parameters as ``k=v`` pairs a table cell can wrap between (a code span never wraps)."""
+    return ", ".join(f"{k}={v}" for k, v in params.items()).replace("|", "/")
 
 
 def _gain_rows(study: optuna.Study) -> list[str]:
