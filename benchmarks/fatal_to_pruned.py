@@ -18,11 +18,11 @@ from pathlib import Path
 import optuna
 
 from tuner import objectives
+from tuner.app.prepare import validate
 from tuner.artifacts import RunDir
 from tuner.driver import Driver, TrialReport
 from tuner.executors import InlineExecutor
 from tuner.server import end_servers_on_sigterm
-from tuner.space import validate
 from tuner.study import open_study
 from tuner.trials import enqueue, read_trials
 

@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tuner.app.prepare import load
 from tuner.partitions import make_partitions
 from tuner.probes import RecallProbe, ServedContextProbe
 from tuner.server import end_servers_on_sigterm
-from tuner.space import RecallProbeSpec, load
+from tuner.space import RecallProbeSpec
 from tuner.space.schema import ServedContextProbeSpec
 from tuner.trial import serve
 

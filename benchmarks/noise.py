@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner import space as spaces
+from tuner.app import prepare
 from tuner.partitions import make_partitions
 from tuner.probes import LoadProbe
 from tuner.server import end_servers_on_sigterm
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--devices", help="override the space's devices, e.g. 0,1 (a second partition for --neighbour)")
     ap.add_argument("--json", type=Path, help="write every number here (rewritten after each run)")
     args = ap.parse_args(argv)
-    base, _ = spaces.load(args.space)
+    base, _ = prepare.load(args.space)
     overrides = {k: v for k, v in (("duration", args.duration), ("max_duration", args.max_duration)) if v is not None}
     if args.devices:
         hw = base.hardware.model_copy(update={"devices": [int(d) for d in args.devices.split(",")]})

@@ -24,11 +24,11 @@ import optuna
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space
 from tuner import objectives
+from tuner.app.prepare import validate
 from tuner.artifacts import RunDir
 from tuner.driver import Driver
 from tuner.executors import RayExecutor
 from tuner.server import end_servers_on_sigterm
-from tuner.space import validate
 from tuner.study import open_study
 from tuner.trials import enqueue
 

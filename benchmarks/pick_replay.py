@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import optuna
 
 from tuner import objectives
-from tuner import space as spaces
+from tuner.app import prepare
 from tuner.artifacts import RunDir
 from tuner.driver import Driver
 from tuner.pick import pick
@@ -76,7 +76,7 @@ def landscape(rng: random.Random, n: int) -> list[float]:
 
 def one_run(seed: int, sigma: float, n: int, root: Path, repeats: int | None = None, race_budget: int = 0) -> dict[str, Any]:
     rng = random.Random(seed)
-    base, _ = spaces.load("cpu-llamacpp")
+    base, _ = prepare.load("cpu-llamacpp")
     configs = [{**base.enqueue[0], "ctx-size": 4096 + 512 * i} for i in range(n)]
     truth = dict(zip((c["ctx-size"] for c in configs), landscape(rng, n), strict=True))
     # throughput at the target level against recall (the replay draws load-probe figures): no SLO probe

@@ -44,6 +44,7 @@ import optuna
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tuner.app.prepare import validate
 from tuner.artifacts import RunDir
 from tuner.driver import Driver
 from tuner.engines import vllm
@@ -55,7 +56,6 @@ from tuner.pick import hypervolume_2d
 from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
 from tuner.screen import Screen, screen_for
 from tuner.server import end_servers_on_sigterm
-from tuner.space import validate
 from tuner.trials import read_trials
 
 TABLES = ROOT / "docs" / "data" / "search-tables"  # committed: the figures in docs/ replay from a clone

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from window_cap import interleaved
 
 from tuner import space as spaces
+from tuner.app import prepare
 from tuner.server import end_servers_on_sigterm
 
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     end_servers_on_sigterm()  # `timeout` or a kill must not leave a server behind
-    base, _ = spaces.load(args.space)
+    base, _ = prepare.load(args.space)
     params = dict(base.enqueue[0])
     variants = {str(int(p)): with_poll(base, int(p)) for p in args.polls.split(",")}
 

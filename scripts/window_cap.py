@@ -22,6 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner import space as spaces
+from tuner.app import prepare
 from tuner.partitions import make_partitions
 from tuner.server import end_servers_on_sigterm
 from tuner.trial import run_trial
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     end_servers_on_sigterm()  # `timeout` or a kill must not leave a server behind
-    base, _ = spaces.load(args.space)
+    base, _ = prepare.load(args.space)
     params = dict(base.enqueue[0])
     variants = {f"{float(c):g}": with_cap(base, float(c)) for c in args.caps.split(",")}
 

@@ -240,9 +240,9 @@ def llama_server_process(
 ):
     """A real llama-server for ``params`` (not started): the tiny space's fixed flags, 1 thread."""
     from tuner import engines
+    from tuner.app.prepare import validate
     from tuner.partitions import free_port
     from tuner.server import ServerProcess
-    from tuner.space import validate
 
     raw = tiny_space()
     raw["server"]["memory_cap"] = cap
@@ -308,10 +308,10 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     configs that serve (different throughput and recall-verified context) and one whose KV
     cache does not fit under the memory cap. Returns (study, run_dir, space)."""
     from tuner import objectives
+    from tuner.app.prepare import validate
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
     from tuner.executors import InlineExecutor
-    from tuner.space import validate
     from tuner.study import open_study
 
     raw = tiny_space(name="real")

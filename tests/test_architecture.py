@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 
 ENGINE_NAMES = re.compile(r"(?i)vllm|sglang|llama[._-]?cpp|llama-server")
 # a name that is not engine knowledge, and why
-ALLOWED = {("tuner/space/_load.py", "cpu-llamacpp"): "the embedded default space's file name"}
+ALLOWED = {("tuner/app/prepare.py", "cpu-llamacpp"): "the embedded default space's file name"}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -89,7 +89,8 @@ def _type_checking(node: ast.If) -> bool:
 
 def import_graph(package: Path) -> dict[str, set[str]]:
     """Module -> the package's modules it imports at run time, wherever the import statement is
-    (``if TYPE_CHECKING:`` blocks aside; a module's own parent packages aside: they load first anyway)."""
+    (``if TYPE_CHECKING:`` blocks aside). Importing ``a.b.c`` also imports every package above
+    it (``a/b/__init__`` runs first): those count too, except the importer's own parents."""
     modules = {}
     for path in package.rglob("*.py"):
         parts = path.relative_to(package.parent).with_suffix("").parts
@@ -116,6 +117,13 @@ def import_graph(package: Path) -> dict[str, set[str]]:
             target = resolve(name) if name.split(".")[0] == package.name else None
             if target and target != module and not module.startswith(target + "."):
                 graph[module].add(target)
+                # importing a.b.c runs a/b/__init__ first: an edge to every parent package the
+                # importer is not inside itself (the top package aside: it imports nothing)
+                parent = target.rpartition(".")[0]
+                while parent.count("."):
+                    if parent != module and not module.startswith(parent + "."):
+                        graph[module].add(parent)
+                    parent = parent.rpartition(".")[0]
         for child in ast.iter_child_nodes(node):
             visit(module, child)
 
@@ -171,6 +179,19 @@ def test_a_cycle_through_a_function_local_import_is_found(tmp_path: Path) -> Non
     (package / "space.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tuner.engines import x\n")
     (package / "engines.py").write_text("from tuner import space\n")
     assert cycles(import_graph(package)) == [["tuner.ledger", "tuner.server"]]
+
+
+def test_a_cycle_through_a_package_init_is_found(tmp_path: Path) -> None:
+    """Importing tuner.space.schema runs tuner/space/__init__ first: an __init__ that re-exports
+    a loader importing the engines closes a cycle with any engine module that needs the schema."""
+    package = tmp_path / "tuner"
+    (package / "space").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "space" / "__init__.py").write_text("from tuner.space.loader import load\n")
+    (package / "space" / "schema.py").write_text("")
+    (package / "space" / "loader.py").write_text("from tuner import engines\n")
+    (package / "engines.py").write_text("from tuner.space.schema import x\n")
+    assert cycles(import_graph(package)) == [["tuner.engines", "tuner.space", "tuner.space.loader"]]
 
 
 # what a study stores is read and written in tuner/trials/ only (its records and its writer)

@@ -13,13 +13,13 @@ from optuna.trial import TrialState
 
 from tests.conftest import tiny_space, worker_port
 from tuner import objectives
+from tuner.app.prepare import validate
 from tuner.artifacts import RunDir
 from tuner.driver import Driver
 from tuner.evidence import Evidence
 from tuner.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
 from tuner.executors import InlineExecutor
 from tuner.pick import candidates, pick
-from tuner.space import validate
 from tuner.study import open_study
 from tuner.trials import state_for
 

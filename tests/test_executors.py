@@ -101,10 +101,10 @@ def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(
     cluster, tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
     from tuner import objectives
+    from tuner.app.prepare import validate
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
     from tuner.executors import RayExecutor
-    from tuner.space import validate
     from tuner.study import open_study
     from tuner.table import launched
 

@@ -14,11 +14,11 @@ import pytest
 
 from tests.conftest import tiny_space
 from tuner import objectives
+from tuner.app.prepare import validate
 from tuner.artifacts import RunDir
 from tuner.driver import Driver
 from tuner.gain import Gain, gains
 from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
-from tuner.space import validate
 from tuner.study import open_study
 from tuner.validate import measure_reference, revalidate
 

@@ -156,10 +156,10 @@ def test_a_study_on_postgresql_is_shared_by_two_drivers_and_locked_across_machin
     afterwards the second sees the first's trial and the budget counts it."""
     from tests.conftest import tiny_space
     from tuner import objectives
+    from tuner.app.prepare import validate
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
     from tuner.executors import InlineExecutor
-    from tuner.space import validate
     from tuner.study import open_study
 
     raw = tiny_space(name="shared")

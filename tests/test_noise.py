@@ -158,10 +158,10 @@ def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_sta
     normal speed), quiet afterwards. That run is set aside and named; the floor is the quiet runs'."""
     from tests.conftest import tiny_space
     from tuner import objectives
+    from tuner.app.prepare import validate
     from tuner.artifacts import RunDir
     from tuner.executors import InlineExecutor
     from tuner.pick import describe_noise, study_floor
-    from tuner.space import validate
     from tuner.study import open_study
     from tuner.validate import measure_reference
 

@@ -197,9 +197,9 @@ def test_until_a_study_measures_its_floor_a_one_run_interval_carries_the_engines
 
     from tests.conftest import tiny_space
     from tuner import engines, objectives
+    from tuner.app.prepare import validate
     from tuner.noise import Z95
     from tuner.pick import describe_noise
-    from tuner.space import validate
     from tuner.study import open_study
     from tuner.trials import read_study, save_noise_prior
 

@@ -53,10 +53,10 @@ def test_outside_a_trial_reporting_does_nothing_and_unknown_is_starting(tmp_path
 @pytest.mark.one_core
 def test_a_run_shows_each_trials_phases_between_trial_lines(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     from tuner import objectives
+    from tuner.app.prepare import validate
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
     from tuner.executors import InlineExecutor
-    from tuner.space import validate
     from tuner.study import open_study
 
     raw = tiny_space(name="phases")

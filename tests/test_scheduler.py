@@ -13,11 +13,11 @@ from typing import Any
 
 from tests.conftest import tiny_space
 from tuner import objectives
+from tuner.app.prepare import validate
 from tuner.artifacts import RunDir
 from tuner.exceptions import InfrastructureError
 from tuner.ledger import Ledger
 from tuner.scheduler import Scheduler
-from tuner.space import validate
 from tuner.validate import remeasure
 
 

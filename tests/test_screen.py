@@ -48,7 +48,7 @@ def test_llamacpp_needs_at_least_a_failure_fails() -> None:
 def test_llamacpp_tied_v_type_is_seen(tmp_path) -> None:
     """With V tied to K, a q4_0 config needs q4_0 for both: never mistaken for f16 V."""
     from tests.conftest import tiny_space
-    from tuner.space import validate
+    from tuner.app.prepare import validate
 
     raw = tiny_space()
     raw["parameters"] = {
@@ -163,9 +163,9 @@ def test_a_contradicted_skip_is_proposed_again_once(tmp_path: Path) -> None:
     """The driver re-queues what was skipped on a contradicted failure's word, once."""
     from tests.conftest import tiny_space
     from tuner import objectives
+    from tuner.app.prepare import validate
     from tuner.artifacts import RunDir
     from tuner.driver import Driver
-    from tuner.space import validate
     from tuner.study import open_study
 
     raw = tiny_space()

@@ -10,8 +10,8 @@ import pytest
 
 from tests.conftest import tiny_space, worker_core
 from tuner import telemetry
+from tuner.app.prepare import validate
 from tuner.partitions import make_partitions
-from tuner.space import validate
 from tuner.telemetry import Sample, level_metrics, summarize_levels
 
 

@@ -17,12 +17,12 @@ from optuna.trial import TrialState
 
 from tests.conftest import tiny_space, worker_core
 from tuner import objectives
+from tuner.app.prepare import validate
 from tuner.artifacts import RunDir
 from tuner.driver import record
 from tuner.exceptions import CrashedUnderLoad
 from tuner.ledger import Ledger
 from tuner.partitions import make_partitions
-from tuner.space import validate
 from tuner.trial import run_trial
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_core]  # each a 1-thread server on worker_core()

@@ -81,10 +81,10 @@ def test_a_race_spends_its_launches_only_on_the_tied_configs(tmp_path: Path) -> 
     from optuna.distributions import CategoricalDistribution
 
     from tuner import objectives
+    from tuner.app.prepare import validate
     from tuner.artifacts import RunDir
     from tuner.driver import record
     from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
-    from tuner.space import validate
     from tuner.study import open_study
     from tuner.validate import race
 

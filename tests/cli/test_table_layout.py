@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tuner.app.prepare import load
 from tuner.cli._common import echo_wide
-from tuner.space import load
 
 SPACES = ("cpu-llamacpp", "b300")  # the embedded default; an 8-GPU space's seven SGLang flags
 

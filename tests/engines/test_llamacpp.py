@@ -6,8 +6,8 @@ import pytest
 
 from tests.conftest import FIXTURES, tiny_space
 from tuner import engines
+from tuner.app.prepare import validate
 from tuner.engines import Category
-from tuner.space import validate
 
 LOGS = FIXTURES / "llamacpp"
 adapter = engines.get("llamacpp")

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import handle, llama_server_process, tiny_space
+from tuner.app.prepare import validate
 from tuner.probes import LoadProbe
 from tuner.probes._prompts import PromptMaker, Vocabulary
 from tuner.probes.load import RequestRecord, per_gpu, summarize
 from tuner.records import ProbeResult
-from tuner.space import LoadProbeSpec, validate
+from tuner.space import LoadProbeSpec
 from tuner.stats import batch_means, percentiles, t975
 
 

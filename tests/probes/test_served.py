@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import handle, llama_server_process, tiny_space
+from tuner.app.prepare import validate
 from tuner.probes import ServedContextProbe, from_space
-from tuner.space import validate
 from tuner.space.schema import ServedContextProbeSpec
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from tests.conftest import tiny_space
 from tuner import space as spaces
+from tuner.app import prepare
 from tuner.space import parse_constraint
 
 
@@ -44,7 +45,7 @@ def test_suggest_and_violations() -> None:
         "ctx-size": {"type": "int", "low": 1024, "high": 4096, "log": True},
     }
     raw["constraints"] = ["ubatch-size <= batch-size"]
-    space = spaces.validate(raw, "t.yaml")
+    space = prepare.validate(raw, "t.yaml")
     trial = optuna.create_study().ask()
     params = spaces.suggest(trial, space)
     assert 1024 <= params["ctx-size"] <= 4096

@@ -11,7 +11,7 @@ import yaml
 
 from tests.conftest import ROOT, tiny_space
 from tuner import engines
-from tuner import space as spaces
+from tuner.app import prepare
 from tuner.exceptions import ConfigError, SpaceError
 
 
@@ -72,7 +72,7 @@ MALFORMED = [
 )
 def test_malformed_space_names_file_key_and_problem(where: str, value: object, key: str, words: str) -> None:
     with pytest.raises(SpaceError) as info:
-        spaces.validate(_mutate(where, value), "bad.yaml")
+        prepare.validate(_mutate(where, value), "bad.yaml")
     err = info.value
     assert err.path == "bad.yaml"
     assert err.key == key, str(err)
@@ -84,25 +84,25 @@ def test_not_yaml_names_the_line(tmp_path: Path) -> None:
     bad = tmp_path / "broken.yaml"
     bad.write_text("engine: llamacpp\nparameters: [unclosed\n")
     with pytest.raises(SpaceError, match=r"broken.yaml: line \d+: not valid YAML"):
-        spaces.load(str(bad))
+        prepare.load(str(bad))
 
 
 def test_not_a_mapping(tmp_path: Path) -> None:
     bad = tmp_path / "list.yaml"
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(SpaceError, match="must be a mapping"):
-        spaces.load(str(bad))
+        prepare.load(str(bad))
 
 
 def test_unknown_space_name() -> None:
     with pytest.raises(ConfigError, match="no such search space"):
-        spaces.load("no-such-space")
+        prepare.load("no-such-space")
 
 
 @pytest.mark.parametrize("name", ["cpu-llamacpp", "b300", "search_spaces/b300.yaml"])
 def test_shipped_spaces_validate(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    space, path = spaces.load(name)
+    space, path = prepare.load(name)
     assert path.is_file()
     assert space.parameters
 
@@ -111,10 +111,10 @@ def test_a_mixed_trial_size_ranked_per_server_is_warned(caplog: pytest.LogCaptur
     """b300 mixes tp 4 and 8: per-server tok/s would favour the server on more GPUs; the shipped
     space ranks per GPU and is not warned about."""
     raw = yaml.safe_load((ROOT / "search_spaces" / "b300.yaml").read_text())
-    with caplog.at_level(logging.WARNING, logger="tuner.space._load"):
-        spaces.validate(raw, "b300.yaml")
+    with caplog.at_level(logging.WARNING, logger="tuner.app.prepare"):
+        prepare.validate(raw, "b300.yaml")
         assert not caplog.records
-        spaces.validate({**raw, "objectives": "throughput-vs-context"}, "b300.yaml")
+        prepare.validate({**raw, "objectives": "throughput-vs-context"}, "b300.yaml")
     assert "b300.yaml: objectives: the trial size varies with 'tp' but load.output_tok_s is per server" in caplog.text
 
 
@@ -124,17 +124,17 @@ def test_throughput_per_gpu_is_for_gpu_spaces() -> None:
         SpaceError,
         match=r"cpu-llamacpp.yaml: objectives: .*'load.output_tok_s_per_gpu', which this space's probes do not measure",
     ):
-        spaces.validate({**raw, "objectives": "throughput-per-gpu-slo"}, "cpu-llamacpp.yaml")
+        prepare.validate({**raw, "objectives": "throughput-per-gpu-slo"}, "cpu-llamacpp.yaml")
 
 
 def test_default_space_is_cpu_llamacpp() -> None:
-    space, path = spaces.load(None)
+    space, path = prepare.load(None)
     assert path.name == "cpu-llamacpp.yaml"
     assert space.engine == "llamacpp"
 
 
 def test_b300_has_the_knobs_users_turn() -> None:
-    space, _ = spaces.load("b300")
+    space, _ = prepare.load("b300")
     assert space.engine == "sglang"
     p = space.parameters
     assert (p["mem-fraction-static"].low, p["mem-fraction-static"].high) == (0.60, 0.92)
@@ -145,7 +145,7 @@ def test_b300_has_the_knobs_users_turn() -> None:
 
 def test_units_in_space_are_parsed() -> None:
     raw = yaml.safe_load((ROOT / "search_spaces" / "cpu-llamacpp.yaml").read_text())
-    space = spaces.validate(raw, "cpu-llamacpp.yaml")
+    space = prepare.validate(raw, "cpu-llamacpp.yaml")
     assert space.server.memory_cap == 2**30
     assert space.budget.timeout == 1800.0
 
@@ -155,7 +155,7 @@ def test_h200_spaces_validate_with_their_model_dir(name: str, tmp_path: Path) ->
     raw = yaml.safe_load((ROOT / "search_spaces" / f"{name}.yaml").read_text())
     assert raw["model"]["path"] == "/tmp/model"  # laid out by shared/gpu's installer on the H200
     raw["model"]["path"] = str(tmp_path)
-    space = spaces.validate(raw, f"{name}.yaml")
+    space = prepare.validate(raw, f"{name}.yaml")
     assert space.objectives == "throughput-slo" and len(space.enqueue) == 3
 
 
@@ -166,7 +166,7 @@ def test_the_x2_space_mixes_tp_sizes_that_pack_both_gpus(tmp_path: Path) -> None
 
     raw = yaml.safe_load((ROOT / "search_spaces" / "h200-x2-tp.yaml").read_text())
     raw["model"]["path"] = str(tmp_path)
-    space = spaces.validate(raw, "h200-x2-tp.yaml")
+    space = prepare.validate(raw, "h200-x2-tp.yaml")
     sizes = [trial_size(space.hardware.per_trial, e) for e in space.enqueue]
     assert sizes == [1, 2]
     pool = PartitionPool("gpu", space.hardware.devices)
@@ -190,29 +190,29 @@ def test_every_shipped_gpu_space_measures_with_cuda_graphs(path: Path, tmp_path:
     does is warned."""
     raw = yaml.safe_load(path.read_text())
     raw["model"]["path"] = str(tmp_path)  # laid out on the H200 by the installers
-    with caplog.at_level(logging.WARNING, logger="tuner.space._load"):
-        space = spaces.validate(raw, path.name)
+    with caplog.at_level(logging.WARNING, logger="tuner.app.prepare"):
+        space = prepare.validate(raw, path.name)
         assert not [r for r in caplog.records if "CUDA graphs" in r.getMessage()], caplog.text
         off = engines.get(space.engine).graphs_off_flags[0]
-        spaces.validate({**raw, "server": {**raw["server"], "flags": {**raw["server"]["flags"], off: True}}}, path.name)
+        prepare.validate({**raw, "server": {**raw["server"], "flags": {**raw["server"]["flags"], off: True}}}, path.name)
     assert f"{path.name}: server.flags.{off}: trials measure without CUDA graphs" in caplog.text
 
 
 def test_the_slo_is_written_once_in_the_objective_set_and_reaches_the_probe() -> None:
     from tuner import objectives
 
-    space, _ = spaces.load("cpu-llamacpp")
+    space, _ = prepare.load("cpu-llamacpp")
     assert space.probes.slo is not None and space.probes.slo.targets == objectives.load("goodput-vs-context-cpu").slo
     raw = tiny_space(objectives="goodput-vs-context-cpu")
     raw["probes"]["recall"] = {"lengths": [1024]}
     raw["probes"]["slo"] = {"targets": {"ttft_p99": 9.0}}
     with pytest.raises(SpaceError, match=r"t.yaml: probes.slo.targets: differ from objective set 'goodput-vs-context-cpu''s slo"):
-        spaces.validate(raw, "t.yaml")
+        prepare.validate(raw, "t.yaml")
     raw["probes"]["slo"] = {}
     raw["objectives"] = "throughput"
     with pytest.raises(SpaceError, match=r"t.yaml: probes.slo: objective set 'throughput' states no slo"):
-        spaces.validate(raw, "t.yaml")
+        prepare.validate(raw, "t.yaml")
     del raw["probes"]["slo"]
     raw["objectives"] = "goodput-vs-context-cpu"
     with pytest.raises(SpaceError, match=r"'slo.goodput', which this space's probes do not measure \(add `slo: \{\}` under"):
-        spaces.validate(raw, "t.yaml")
+        prepare.validate(raw, "t.yaml")

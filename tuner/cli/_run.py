@@ -12,6 +12,7 @@ import typer
 
 from tuner import engines, objectives, telemetry
 from tuner import space as spaces
+from tuner.app import prepare
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo, progress_bar, set_verbosity
 from tuner.cli._status import print_table
@@ -66,7 +67,7 @@ def run(
     """Tune a space: launch real servers, probe them, keep the evidence under runs/<study>/."""
     set_verbosity(verbose)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    the_space, path = spaces.load(space)
+    the_space, path = prepare.load(space)
     objective = objectives.load(the_space.objectives)
     _check_telemetry(the_space, objective)
     name = study or the_space.name or path.stem

@@ -1,7 +1,7 @@
-"""Search spaces: the schema, loading with one-line errors, and define-by-run sampling."""
+"""Search spaces: the schema, constraints and define-by-run sampling (loading a file and checking it
+against its engine and objective set is tuner.app.prepare, above the engines)."""
 
 from tuner.space._constraints import Constraint, parse_constraint
-from tuner.space._load import DEFAULT_SPACE, load, resolve_path, validate
 from tuner.space._suggest import suggest, violated_constraints
 from tuner.space.schema import (
     Budget,
@@ -24,7 +24,6 @@ from tuner.space.schema import (
 )
 
 __all__ = [
-    "DEFAULT_SPACE",
     "Budget",
     "CategoricalParam",
     "ConfirmProbeSpec",
@@ -43,10 +42,7 @@ __all__ = [
     "ServerSpec",
     "SloProbeSpec",
     "SloTargets",
-    "load",
     "parse_constraint",
-    "resolve_path",
     "suggest",
-    "validate",
     "violated_constraints",
 ]

@@ -12,8 +12,7 @@ from pydantic import ValidationError
 from tuner import engines, objectives
 from tuner.data import shipped
 from tuner.exceptions import ConfigError, SpaceError
-from tuner.space._constraints import parse_constraint
-from tuner.space.schema import SearchSpace
+from tuner.space import SearchSpace, parse_constraint
 
 logger = logging.getLogger(__name__)
 
