@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner import engines
+from tuner.app.read import open_existing, stored_space
 from tuner.artifacts import RunDir
-from tuner.cli._common import open_existing, stored_space
 from tuner.export import build_export
 from tuner.partitions import free_port
 from tuner.pick import pick

@@ -29,7 +29,7 @@ if [ "${PHASE:-tune}" = tune ]; then
   python3 -m tuner trials --study "$study" --format csv --out "$out/$study-trials.csv"
   python3 -m tuner limits --study "$study" --trial "$(STUDY=$study python3 - <<'PY'
 import os
-from tuner.cli._common import open_existing
+from tuner.app.read import open_existing
 from tuner.pick import pick
 print(pick(open_existing(os.environ["STUDY"], None), "knee").number)
 PY

@@ -133,7 +133,7 @@ def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Pa
     measured there, apart from the port; where this machine would render it otherwise, it says so."""
     import shlex
 
-    from tuner.cli._common import stored_space
+    from tuner.app.read import stored_space
     from tuner.export import build_export
 
     study = _study(name, tmp_path)

@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import optuna
 import yaml
 
 from tuner import engines
 from tuner.engines import Command
 from tuner.limits import Limits, default_contexts, for_trial
-from tuner.pick import Candidate
+from tuner.pick import Candidate, Studied
 from tuner.space import SearchSpace
-from tuner.trials import TrialRecord
+from tuner.trials import StudyRecord, TrialRecord, read_study
 
 __all__ = ["FORMATS", "Export", "Launch", "build_export", "recorded_launch"]
 
@@ -268,9 +267,10 @@ def _systemd_quote(arg: str) -> str:
 
 
 def build_export(
-    study: optuna.Study, space: SearchSpace, candidate: Candidate, *, port: int = 8000, run_dir: Path | None = None
+    study: Studied, space: SearchSpace, candidate: Candidate, *, port: int = 8000, run_dir: Path | None = None
 ) -> Export:
     """The chosen trial as it ran (see the module doc); ``run_dir`` holds older studies' records."""
+    record = study if isinstance(study, StudyRecord) else read_study(study, trials=False)
     adapter = engines.get(space.engine)
     secret_names = (space.server.api_key_env,) if space.server.api_key_env else ()
     here = adapter.command(candidate.trial.params, space=space, model_path=adapter.resolve_model(space.model.path), port=port)
@@ -309,14 +309,14 @@ def build_export(
     )
     limits = for_trial(adapter.configured_limits(space.values(candidate.trial.params)), candidate.trial)
     return Export(
-        study=study.study_name,
+        study=record.name,
         candidate=candidate,
         space=space,
         command=command,
         secret_env=secret_env,
         limits=limits,
         engine_version=version,
-        metric_names=list(study.metric_names or []),
+        metric_names=list(record.metric_names or []),
         memory_cap=cap,
         notes=tuple(notes),
     )

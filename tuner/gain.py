@@ -18,12 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import optuna
-
 from tuner.exceptions import ConfigError
 from tuner.noise import NoiseFloor, differs, half_width, is_noisy, set_aside
-from tuner.pick import Candidate, objective_metrics, pick, role_index, study_floor
-from tuner.trials import StudyRecord, TrialRecord, read_study
+from tuner.pick import Candidate, Studied, objective_metrics, pick, record_of, role_index, study_floor
+from tuner.trials import StudyRecord, TrialRecord
 
 __all__ = ["COMPARED", "Gain", "gains"]
 
@@ -64,17 +62,17 @@ class Gain:
         )
 
 
-def gains(study: optuna.Study, how: str = "knee") -> tuple[Candidate | None, list[Gain]]:
+def gains(study: Studied, how: str = "knee") -> tuple[Candidate | None, list[Gain]]:
     """The pick and its gains over the baseline; (None, []) without a pick or a measured baseline."""
-    record = read_study(study)
+    record = record_of(study)
     try:
-        chosen = pick(study, how)
+        chosen = pick(record, how)
     except ConfigError:
         return None, []
     baseline = _baseline_runs(record)
     if not baseline:
         return chosen, []
-    floor = _floor(study)
+    floor = _floor(record)
     found = []
     for metric in COMPARED:
         ours = _runs_of(chosen.trial, metric)
@@ -97,7 +95,7 @@ def gains(study: optuna.Study, how: str = "knee") -> tuple[Candidate | None, lis
     return chosen, found
 
 
-def _floor(study: optuna.Study) -> NoiseFloor:
+def _floor(study: StudyRecord) -> NoiseFloor:
     """The relative SD of the throughput objective between fresh servers: the floor of every compared metric."""
     names = objective_metrics(study)
     floor = study_floor(study, [is_noisy(m) for m in names])

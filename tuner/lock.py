@@ -37,7 +37,7 @@ import optuna
 
 from tuner import procfs
 from tuner.exceptions import TunerError
-from tuner.trials import read_lease, write_lease
+from tuner.trials import StudyRecord, read_lease, read_study, write_lease
 
 __all__ = ["Lease", "StudyLock", "StudyLocked", "lease_of", "machine_id", "stale_running"]
 
@@ -234,14 +234,15 @@ def _read(text: str) -> dict[str, Any]:
         return {}
 
 
-def stale_running(study: optuna.Study, stale_after: float = 60.0) -> str:
+def stale_running(study: optuna.Study | StudyRecord, stale_after: float = 60.0) -> str:
     """A line when RUNNING trials have no live driver (its lease is gone or stale), else ''."""
-    held = lease_of(study)
+    record = study if isinstance(study, StudyRecord) else read_study(study, states=(optuna.trial.TrialState.RUNNING,))
+    held = Lease(dict(record.lease)) if record.lease else None
     if held is not None and held.alive(stale_after):
         return ""
-    running = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
+    running = [t.number for t in record.with_state(optuna.trial.TrialState.RUNNING)]
     who = f"{held.describe()}, last heartbeat {held.age():.0f}s ago" if held is not None else "no driver holds the study"
     return (
         f"stale: trial(s) {', '.join(map(str, running))} show RUNNING but their driver is gone ({who}); "
-        f"the next `tune run --study {study.study_name}` records them as interrupted and re-queues them"
+        f"the next `tune run --study {record.name}` records them as interrupted and re-queues them"
     )

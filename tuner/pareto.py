@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import optuna
 from optuna.trial import TrialState
 
-from tuner.pick import Candidate, candidates, hypervolume_2d, non_dominated, objective_metrics, pareto_front, signs
-from tuner.trials import TrialRecord, read_trials
+from tuner.pick import (
+    Candidate,
+    Studied,
+    candidates,
+    hypervolume_2d,
+    non_dominated,
+    objective_metrics,
+    pareto_front,
+    record_of,
+    signs,
+)
+from tuner.trials import StudyRecord, TrialRecord
 
 __all__ = ["Point", "StudyFront", "fronts"]
 
@@ -59,14 +69,14 @@ def _half_width(trial: TrialRecord, metric: str, widths: dict[str, float] | None
     return None if ci is None else float(ci)
 
 
-def points(study: optuna.Study, x: str, y: str, items: list[Candidate]) -> list[Point]:
+def points(study: StudyRecord, x: str, y: str, items: list[Candidate]) -> list[Point]:
     """Every launched trial at (x, y); a candidate's objectives at their mean over its runs, with
     the half-widths the pick uses (other metrics: the probe's own ``<metric>_ci`` where it has one)."""
     names = objective_metrics(study)
     means = {c.number: dict(zip(names, c.values, strict=True)) for c in items}
     widths = {c.number: dict(zip(names, c.half_widths, strict=True)) for c in items if c.half_widths}
     found = []
-    for t in read_trials(study, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+    for t in study.with_state(TrialState.COMPLETE, TrialState.PRUNED):
         if t.invalid_combination is not None:
             continue
         ok = t.state == TrialState.COMPLETE and t.feasible
@@ -77,7 +87,7 @@ def points(study: optuna.Study, x: str, y: str, items: list[Candidate]) -> list[
     return found
 
 
-def _front(study: optuna.Study, pts: list[Point], x: str, y: str, items: list[Candidate]) -> list[Point]:
+def _front(study: StudyRecord, pts: list[Point], x: str, y: str, items: list[Candidate]) -> list[Point]:
     """On the study's own two objectives: the noise-aware front that picks use. On other
     metrics: plain dominance of the measured values."""
     usable = [p for p in pts if p.feasible and p.x is not None and p.y is not None]
@@ -89,10 +99,11 @@ def _front(study: optuna.Study, pts: list[Point], x: str, y: str, items: list[Ca
     return sorted(chosen, key=lambda p: p.xy()[0])
 
 
-def fronts(studies: dict[str, optuna.Study], x: str, y: str, reference: tuple[float, float] = (0.0, 0.0)) -> list[StudyFront]:
+def fronts(studies: Mapping[str, Studied], x: str, y: str, reference: tuple[float, float] = (0.0, 0.0)) -> list[StudyFront]:
     """Both metrics maximized; one reference point for every study so hypervolumes compare."""
     result = []
-    for name, study in studies.items():
+    for name, studied in studies.items():
+        study = record_of(studied)
         items = candidates(study)
         pts = points(study, x, y, items)
         front = _front(study, pts, x, y, items)

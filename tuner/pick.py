@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from tuner.exceptions import ConfigError
 from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, prior_floor, probe_cis, set_aside
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
-from tuner.trials import StudyRecord, TrialRecord, read_study, read_trials
+from tuner.trials import StudyRecord, TrialRecord, read_study
 
 __all__ = [
     "Candidate",
@@ -35,6 +35,7 @@ __all__ = [
     "objective_metrics",
     "pareto_front",
     "pick",
+    "record_of",
     "repeated_runs",
     "role_index",
     "signs",
@@ -44,6 +45,14 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+Studied = optuna.Study | StudyRecord  # a live study, or the record a command read once
+
+
+def record_of(study: Studied) -> StudyRecord:
+    """The record as it is, or the live study read once (its attrs and every trial). A command
+    reads once and hands the record on; the functions here then never touch storage."""
+    return study if isinstance(study, StudyRecord) else read_study(study)
 
 
 @dataclass(frozen=True)
@@ -75,12 +84,13 @@ class Candidate:
         return text
 
 
-def candidates(study: optuna.Study) -> list[Candidate]:
-    names = objective_metrics(study)
+def candidates(study: Studied) -> list[Candidate]:
+    record = record_of(study)
+    names = objective_metrics(record)
     noisy = [is_noisy(m) for m in names]
-    floor = study_floor(study, noisy)
+    floor = study_floor(record, noisy)
     found = []
-    for t in read_study(study, states=(TrialState.COMPLETE,)).trials:
+    for t in record.with_state(TrialState.COMPLETE):
         if not t.feasible or t.duplicate_of is not None:  # a repeat proposal carries its original's result: one config, one point
             continue
         again = t.revalidated
@@ -92,54 +102,64 @@ def candidates(study: optuna.Study) -> list[Candidate]:
     return found
 
 
-def stored_objectives(study: optuna.Study) -> ObjectiveSet | None:
+def stored_objectives(study: Studied) -> ObjectiveSet | None:
     """The objective set the study was run with (roles inferred where it predates them)."""
-    stored = read_study(study, trials=False).objectives
+    stored = _attrs(study).objectives
     try:
         return ObjectiveSet.model_validate(stored) if stored else None
     except ValueError:
         return None
 
 
-def role_index(study: optuna.Study, role: str) -> int | None:
+def role_index(study: Studied, role: str) -> int | None:
     """The objective with ``role`` (``throughput``, ``context``, ...) in the study, if any."""
-    found = stored_objectives(study)
-    if found is not None and len(found.objectives) == len(study.directions):
+    record = _attrs(study)
+    found = stored_objectives(record)
+    if found is not None and len(found.objectives) == len(record.directions):
         return found.index_of(role)
-    names = objective_metrics(study)
+    names = objective_metrics(record)
     return next((i for i, m in enumerate(names) if role_of(m) == role), None)
 
 
-def context_metric(study: optuna.Study) -> str:
+def context_metric(study: Studied) -> str:
     """The metric that says what context a config serves: the context-role objective (recall-
     verified where the study measures recall), else the per-request context it was configured to."""
-    j = role_index(study, "context")
-    return objective_metrics(study)[j] if j is not None else CONFIGURED_CONTEXT
+    record = _attrs(study)
+    j = role_index(record, "context")
+    return objective_metrics(record)[j] if j is not None else CONFIGURED_CONTEXT
 
 
-def context_of(study: optuna.Study) -> Callable[[Candidate], float | None]:
+def context_of(study: Studied) -> Callable[[Candidate], float | None]:
     """A candidate's context: its context objective's mean, else its configured context."""
-    j = role_index(study, "context")
+    j = role_index(_attrs(study), "context")
     if j is not None:
         return lambda c: c.values[j]
     return lambda c: c.trial.metrics.get(CONFIGURED_CONTEXT)
 
 
-def objective_metrics(study: optuna.Study) -> list[str]:
+def objective_metrics(study: Studied) -> list[str]:
     """The metric behind each objective (e.g. ``load.output_tok_s``)."""
-    stored = (read_study(study, trials=False).objectives or {}).get("objectives", [])
-    names = [o["metric"] for o in stored] or list(study.metric_names or [])
-    return names if len(names) == len(study.directions) else [f"value{i}" for i in range(len(study.directions))]
+    record = _attrs(study)
+    stored = (record.objectives or {}).get("objectives", [])
+    names = [o["metric"] for o in stored] or list(record.metric_names or [])
+    count = len(record.directions)
+    return names if len(names) == count else [f"value{i}" for i in range(count)]
+
+
+def _attrs(study: Studied) -> StudyRecord:
+    """The record, or the live study's own attrs read without its trials (what a one-question
+    caller such as the driver needs)."""
+    return study if isinstance(study, StudyRecord) else read_study(study, trials=False)
 
 
 def study_floor(
-    study: optuna.Study, noisy: Sequence[bool], reference: Sequence[Sequence[Sequence[float]]] | None = None
+    study: Studied, noisy: Sequence[bool], reference: Sequence[Sequence[Sequence[float]]] | None = None
 ) -> NoiseFloor:
     """The study's noise floor from every config it measured more than once (``reference``: the
     reference config's runs in groups measured close in time, when newer than those stored);
     until it measured one, the engine's fresh-server spread on its hardware (a prior, labelled:
     a one-run interval must cover a fresh server, never the window's CI alone)."""
-    record = read_study(study, trials=False)  # once: the re-runs, the reference and the prior
+    record = _attrs(study)  # once: the re-runs, the reference and the prior
     groups = reference_groups(record.noise) if reference is None else reference
     floor = noise_floor([*_revalidated_runs(record), *groups], noisy)
     if floor.known or not record.noise_prior:
@@ -147,14 +167,14 @@ def study_floor(
     return prior_floor(record.noise_prior, noisy)
 
 
-def repeated_runs(study: optuna.Study) -> list[Sequence[Sequence[float]]]:
+def repeated_runs(study: Studied) -> list[Sequence[Sequence[float]]]:
     """Every config the study measured more than once, as its runs' objective values: the
     re-measured candidates, and the reference grouped by when it ran."""
-    return [*_revalidated_runs(study), *reference_groups(read_study(study, trials=False).noise)]
+    record = _attrs(study)
+    return [*_revalidated_runs(record), *reference_groups(record.noise)]
 
 
-def _revalidated_runs(study: optuna.Study | StudyRecord) -> list[Sequence[Sequence[float]]]:
-    record = study if isinstance(study, StudyRecord) else read_study(study, trials=False)
+def _revalidated_runs(record: StudyRecord) -> list[Sequence[Sequence[float]]]:
     return [kept(v["runs"]) for v in record.revalidated.values() if v.get("runs")]
 
 
@@ -171,9 +191,9 @@ def reference_groups(noise: Mapping[str, Any]) -> list[list[Sequence[float]]]:
     return list(groups.values())
 
 
-def signs(study: optuna.Study) -> list[float]:
+def signs(study: Studied) -> list[float]:
     """+1 for each maximized objective, -1 for each minimized one."""
-    return [1.0 if d == optuna.study.StudyDirection.MAXIMIZE else -1.0 for d in study.directions]
+    return [1.0 if d == "maximize" else -1.0 for d in _attrs(study).directions]
 
 
 def non_dominated(items: Sequence[T], coords: Callable[[T], Sequence[float]]) -> list[T]:
@@ -219,10 +239,11 @@ def tied_with(best: Candidate, items: Sequence[Candidate], objectives: Sequence[
     ]
 
 
-def describe_noise(study: optuna.Study) -> list[str]:
+def describe_noise(study: Studied) -> list[str]:
     """The study's noise floor, its reference config's runs and any drift, as lines to show."""
-    names = objective_metrics(study)
-    floor = study_floor(study, [is_noisy(m) for m in names])
+    record = _attrs(study)
+    names = objective_metrics(record)
+    floor = study_floor(record, [is_noisy(m) for m in names])
     if not floor.known:
         return ["noise floor: not measured (no config ran on two fresh servers yet); ties use the probe's own CI"]
     if floor.prior is not None:
@@ -234,7 +255,6 @@ def describe_noise(study: optuna.Study) -> list[str]:
         f"noise floor: {floor.relative_sd[0]:.1%} relative SD of {names[0]} between fresh servers ({floor.dof} degrees of "
         "freedom)"
     ]
-    record = read_study(study, trials=False)
     noise = record.noise
     if noise.get("runs"):
         values = ", ".join(f"{r[0]:,.1f} ({label})" for r, label in zip(noise["runs"], noise["labels"], strict=True))
@@ -266,38 +286,39 @@ def hypervolume_2d(points: Sequence[tuple[float, float]], reference: tuple[float
     return area
 
 
-def pick(study: optuna.Study, how: str = "knee", *, min_context: float | None = None) -> Candidate:
+def pick(study: Studied, how: str = "knee", *, min_context: float | None = None) -> Candidate:
     """``knee`` | ``max-throughput`` | ``max-context`` | ``trial:N``; the result names its ties."""
-    items = candidates(study)
+    record = record_of(study)
+    items = candidates(record)
     if match := re.fullmatch(r"trial:(\d+)", how):
         number = int(match[1])
-        asked = read_trials(study)
+        asked = record.trials
         if number < len(asked) and asked[number].duplicate_of is not None:
             number = asked[number].source  # a repeat proposal is its original
         chosen = [c for c in items if c.number == number]
         if not chosen:
-            raise ConfigError(f"trial {number} of study {study.study_name!r} is not a complete, feasible trial")
+            raise ConfigError(f"trial {number} of study {record.name!r} is not a complete, feasible trial")
         return chosen[0]
-    context = context_of(study)
+    context = context_of(record)
     every = items
     if min_context is not None:
         items = [c for c in items if (context(c) or 0) >= min_context]
     if not items:
-        what = f" with {context_metric(study)} >= {min_context:g}" if min_context is not None else ""
+        what = f" with {context_metric(record)} >= {min_context:g}" if min_context is not None else ""
         offer = ""
         if min_context is not None and any(context(c) is not None for c in every):
-            most = pick(study, "max-context")  # what the study can offer instead
+            most = pick(record, "max-context")  # what the study can offer instead
             offer = f" (the most it reached: {context(most):,.0f}, trial {most.number}, `--min-context {context(most):.0f}`)"
-        raise ConfigError(f"study {study.study_name!r} has no complete, feasible trial to pick{what}{offer}")
-    signs_ = signs(study)
-    throughput = role_index(study, "throughput") or 0
+        raise ConfigError(f"study {record.name!r} has no complete, feasible trial to pick{what}{offer}")
+    signs_ = signs(record)
+    throughput = role_index(record, "throughput") or 0
     if how == "max-throughput":
         return _with_ties(_best(items, signs_, throughput), items, signs_, throughput)
     if how == "max-context":
         reported = [(c, at) for c in items if (at := context(c)) is not None]
         known = [c for c, _ in reported]
         if not known:
-            raise ConfigError(f"max-context: no candidate of study {study.study_name!r} reports {context_metric(study)}")
+            raise ConfigError(f"max-context: no candidate of study {record.name!r} reports {context_metric(record)}")
         top = max(at for _, at in reported)
         at_top = [c for c in known if context(c) == top]
         return _with_ties(_best(at_top, signs_, throughput), at_top, signs_, throughput)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from tuner.trials import TrialRecord, read_trials
+from tuner.trials import StudyRecord, TrialRecord, read_study, read_trials
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,14 +79,15 @@ def format_param(value: Any, spec: Any = None) -> str:
     return f"{value:.3g}"
 
 
-def summary_rows(study: optuna.Study, space: Any = None) -> list[dict[str, Any]]:
+def summary_rows(study: optuna.Study | StudyRecord, space: Any = None) -> list[dict[str, Any]]:
     """The trials as a terminal shows them: number, state, every parameter at its precision, each
     objective with its probe CI where measured, feasibility and a short note (``tune trials`` has
     every column)."""
-    names = study.metric_names or [f"value{i}" for i in range(len(study.directions))]
+    record = study if isinstance(study, StudyRecord) else read_study(study)
+    names = record.metric_names or [f"value{i}" for i in range(len(record.directions))]
     specs = getattr(space, "parameters", {}) or {}
     rows = []
-    for t in read_trials(study):
+    for t in record.trials:
         metrics = t.metrics
         row: dict[str, Any] = {"#": t.number, "state": t.state.name}
         row.update({k: format_param(v, specs.get(k)) for k, v in t.params.items()})

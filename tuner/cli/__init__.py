@@ -17,8 +17,8 @@ try:  # Typer >= 0.20 vendors Click and raises its own copies of Click's excepti
 except ImportError:  # pragma: no cover - older Typer on top of Click
     click_errors = importlib.import_module("click.exceptions")
 
+from tuner.app.read import storage_error_text
 from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
-from tuner.cli._common import storage_error_text
 from tuner.credentials import mask
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
 

@@ -6,20 +6,11 @@ import logging
 import shutil
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-import optuna
 import typer
 
-from tuner.artifacts import RunDir
-from tuner.credentials import mask
-from tuner.exceptions import ConfigError
-from tuner.objectives import ObjectiveSet
-from tuner.space import SearchSpace
-from tuner.trials import connect, read_study
-
-__all__ = ["echo", "open_existing", "progress_bar", "set_verbosity", "stored_space"]
+__all__ = ["echo", "echo_table", "echo_wide", "progress_bar", "set_verbosity", "terminal_width"]
 
 
 def echo(text: str = "") -> None:
@@ -165,63 +156,3 @@ class _ProvisionBar:
 
 
 progress_bar = _ProvisionBar()
-
-
-def open_existing(study: str, storage: str | None) -> optuna.Study:
-    """An existing study: runs/<study>/study.db, or ``storage`` (a URL, or NAME=URL)."""
-    labelled = False
-    if storage is not None and "=" in storage.split("://")[0]:  # NAME=URL
-        labelled = True
-        study, storage = storage.split("=", 1)
-    run_dir = RunDir.for_study(study)
-    url = storage or run_dir.db_url
-    if storage is None and not (run_dir.root / "study.db").is_file():
-        raise ConfigError(f"no study {study!r} in {run_dir.root}/ (use --storage for another place)")
-    try:
-        opened = connect(url)
-        names = optuna.get_all_study_names(storage=opened)
-    except Exception as exc:  # noqa: BLE001 - any storage error is the user's URL
-        raise ConfigError(mask(f"cannot open storage {url}: {storage_error_text(exc)}")) from None
-    if labelled and study not in names and len(names) == 1:
-        study = names[0]  # LABEL=URL of a storage holding one study under another name (never a typo's stand-in)
-    if study not in names:
-        raise ConfigError(f"study {study!r} not found in {mask(url)} (it holds: {', '.join(names) or 'nothing'})")
-    return optuna.load_study(study_name=study, storage=opened)
-
-
-def run_dir_of(study: str, storage: str | None) -> Path | None:
-    """Where a study's trial directories are: beside its SQLite file (runs/<study>/ by default);
-    None for other storages (their trials carry their launch records themselves)."""
-    if storage and "=" in storage.split("://")[0]:
-        study, storage = storage.split("=", 1)
-    if storage is None:
-        return RunDir.for_study(study).root
-    if storage.startswith("sqlite:///"):
-        path = storage[len("sqlite:///") :].split("?", 1)[0]
-        return Path(path.removeprefix("file:")).parent
-    return None
-
-
-def stored_space(study: optuna.Study) -> SearchSpace:
-    raw = read_study(study, trials=False).space
-    if raw is None:
-        raise ConfigError(f"study {study.study_name!r} was not made by tuner (no stored space)")
-    return SearchSpace.model_validate(raw)
-
-
-def stored_objective_set(study: optuna.Study) -> ObjectiveSet:
-    """The objective set the study was run with."""
-    raw = read_study(study, trials=False).objectives
-    if raw is None:
-        raise ConfigError(f"study {study.study_name!r} was not made by tuner (no stored objectives)")
-    return ObjectiveSet.model_validate(raw)
-
-
-def storage_error_text(exc: BaseException) -> str:
-    """The root of a storage error in one line: sqlite's own words ("database disk image is
-    malformed", "attempt to write a readonly database"), not Optuna's generic wrapper."""
-    root: BaseException = exc
-    while (inner := getattr(root, "orig", None) or root.__cause__) is not None and inner is not root:
-        root = inner
-    lines = str(root).strip().splitlines()
-    return f"{type(root).__name__}: {lines[0] if lines else ''}"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from tuner.app.read import open_existing, stored_objective_set, stored_space
 from tuner.artifacts import RunDir
-from tuner.cli._common import echo, open_existing, stored_objective_set, stored_space
+from tuner.cli._common import echo
 from tuner.compare import compare as compare_picks
 from tuner.exceptions import ConfigError
 from tuner.executors import InlineExecutor

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from tuner.cli._common import echo, open_existing, run_dir_of, stored_space
+from tuner.app.read import open_existing, read_record, run_dir_of, stored_space
+from tuner.cli._common import echo
 from tuner.exceptions import ConfigError
 from tuner.export import FORMATS, build_export
 from tuner.pick import pick
@@ -25,9 +26,9 @@ def export(
     """Export the chosen trial's serve config, rendered by the same adapter `tune run` used."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
-    the_study = open_existing(study, storage)
-    chosen = pick(the_study, choose, min_context=min_context)
-    result = build_export(the_study, stored_space(the_study), chosen, port=port, run_dir=run_dir_of(study, storage))
+    record = read_record(study, storage)
+    chosen = pick(record, choose, min_context=min_context)
+    result = build_export(record, stored_space(record), chosen, port=port, run_dir=run_dir_of(study, storage))
     for warning in result.warnings():
         typer.echo(f"warning: {warning}", err=True)
     text = result.render(fmt)

@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 
 from tuner import engines
-from tuner.cli._common import echo, open_existing, stored_space
+from tuner.app.read import open_existing, stored_space
+from tuner.cli._common import echo
 from tuner.exceptions import ConfigError
 from tuner.limits import Limits, default_contexts, for_trial, from_config
 from tuner.trials import read_trials

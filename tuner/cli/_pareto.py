@@ -7,12 +7,13 @@ from pathlib import Path
 import typer
 from optuna.trial import TrialState
 
-from tuner.cli._common import echo, open_existing
+from tuner.app.read import read_record
+from tuner.cli._common import echo
 from tuner.exceptions import ConfigError
 from tuner.pareto import fronts
 from tuner.pick import context_metric, objective_metrics, pick, role_index
 from tuner.plots import front_html, front_png
-from tuner.trials import read_trials
+from tuner.trials import StudyRecord
 
 
 def pareto(
@@ -31,12 +32,12 @@ def pareto(
     ref_y: float = typer.Option(0.0, "--ref-y", help="hypervolume reference point, y"),
 ) -> None:
     """Non-dominated feasible trials of each study; pruned/infeasible ones drawn faintly."""
-    opened = {}
+    opened: dict[str, StudyRecord] = {}
     for spec in studies:
         name = spec.split("=", 1)[0]
-        opened[name] = open_existing(name, spec if "=" in spec else storage)
+        opened[name] = read_record(name, spec if "=" in spec else storage)
     first = next(iter(opened.values()))
-    names = first.metric_names or []
+    names = list(first.metric_names or [])
     y = y or (names[role_index(first, "throughput") or 0] if names else "load.output_tok_s")
     x = x or context_metric(first)
     for flag, metric in (("--x", x), ("--y", y)):
@@ -60,11 +61,11 @@ def pareto(
     echo(f"\nwrote {prefix.with_suffix('.png')} and {prefix.with_suffix('.html')}")
 
 
-def _check_metric(studies: dict, flag: str, metric: str) -> None:
+def _check_metric(studies: dict[str, StudyRecord], flag: str, metric: str) -> None:
     """A metric no measured trial of a study has would draw empty plots: refuse it by name."""
     for name, study in studies.items():
         known = set()
-        for t in read_trials(study, states=(TrialState.COMPLETE,)):
+        for t in study.with_state(TrialState.COMPLETE):
             known |= set(t.metrics)
         if known and metric not in known:
             close = sorted(k for k in known if metric.split(".")[-1].split("@")[0] in k)[:6] or sorted(known)[:8]

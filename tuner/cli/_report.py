@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from tuner.cli._common import echo, open_existing, run_dir_of, stored_space
+from tuner.app.read import open_existing, run_dir_of, stored_space
+from tuner.cli._common import echo
 from tuner.report import build_report
 
 

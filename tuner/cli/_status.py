@@ -8,15 +8,16 @@ from collections.abc import Mapping
 import optuna
 import typer
 
-from tuner.cli._common import echo, echo_wide, open_existing, terminal_width
+from tuner.app.read import read_record
+from tuner.cli._common import echo, echo_wide, terminal_width
 from tuner.confirmed import describe as describe_confirmation
 from tuner.gain import gains
 from tuner.lock import stale_running
-from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
+from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, record_of, signs
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
 from tuner.table import summary_rows
-from tuner.trials import read_study, read_trials
+from tuner.trials import StudyRecord
 
 
 def status(
@@ -24,39 +25,39 @@ def status(
     storage: str = typer.Option(None, "--storage", help="Optuna storage URL (default: runs/<study>/study.db)"),
 ) -> None:
     """Show every trial of a study and the best (Pareto-optimal, feasible) ones."""
-    print_table(open_existing(study, storage))
+    print_table(read_record(study, storage))
 
 
-def print_table(study: optuna.Study, width: int | None = None) -> None:
+def print_table(study: optuna.Study | StudyRecord, width: int | None = None) -> None:
     """The trials, fitted to the terminal (``width``): key columns only; `tune trials` has them all."""
-    raw = read_study(study, trials=False).space
-    space = SearchSpace.model_validate(raw) if raw else None
-    rows = summary_rows(study, space)
+    record = record_of(study)
+    space = SearchSpace.model_validate(record.space) if record.space else None
+    rows = summary_rows(record, space)
     if not rows:
         echo("no trials yet")
         return
-    params = list(dict.fromkeys(k for t in read_trials(study) for k in t.params))
+    params = list(dict.fromkeys(k for t in record.trials for k in t.params))
     results = [k for k in rows[0] if k not in ("#", "note", *params)]
     echo_wide(rows, lead=["#"], groups=[results, params], width=width or terminal_width())
     counts = dict(Counter(str(r["state"]) for r in rows))
     echo(f"\ntrials by state: {counts}")
-    if counts.get("RUNNING") and (stale := stale_running(study)):
+    if counts.get("RUNNING") and (stale := stale_running(record)):
         echo(stale)
-    print_noise(study)
-    for line in screen_lines(study, space):
+    print_noise(record)
+    for line in screen_lines(record, space):
         echo(line)
-    print_best(study)
+    print_best(record)
 
 
-def screen_lines(study: optuna.Study, space: SearchSpace | None) -> list[str]:
+def screen_lines(study: optuna.Study | StudyRecord, space: SearchSpace | None) -> list[str]:
     """The pre-screen's decisions with their evidence (none where the study has no stored space)."""
     if space is None:
         return []
-    lines = describe_screen(read_trials(study), screen_for(space.engine), space.values)
+    lines = describe_screen(record_of(study).trials, screen_for(space.engine), space.values)
     return ["pre-screen:", *(f"  {line}" for line in lines)] if lines else []
 
 
-def print_best(study: optuna.Study) -> None:
+def print_best(study: StudyRecord) -> None:
     """The noise-aware front and the knee: the same winner export, pareto and report name."""
     names = objective_metrics(study)
     items = candidates(study)
@@ -108,7 +109,7 @@ def slo_load(metrics: Mapping[str, float]) -> str | None:
     )
 
 
-def gain_lines(study: optuna.Study) -> list[str]:
+def gain_lines(study: StudyRecord) -> list[str]:
     """What tuning bought: the pick against the baseline (the reference config), on fresh servers."""
     chosen, found = gains(study)
     if chosen is None:
@@ -121,6 +122,6 @@ def gain_lines(study: optuna.Study) -> list[str]:
     ]
 
 
-def print_noise(study: optuna.Study) -> None:
+def print_noise(study: StudyRecord) -> None:
     for line in describe_noise(study):
         echo(line)

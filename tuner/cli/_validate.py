@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import typer
 
+from tuner.app.read import open_existing, stored_objective_set, stored_space
 from tuner.artifacts import RunDir
-from tuner.cli._common import echo, open_existing, stored_objective_set, stored_space
+from tuner.cli._common import echo
 from tuner.confirm import answer_of
 from tuner.confirm import confirm as confirm_pick
 from tuner.confirmed import describe as describe_confirmation
