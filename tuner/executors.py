@@ -45,9 +45,13 @@ MARKER = ".tuner-trial.json"
 
 
 class Executor(Protocol):
-    """Runs trials for the driver. ``max_parallel`` bounds the trials in flight."""
+    """Runs trials for the driver. ``max_parallel`` bounds the trials in flight; ``recovered``
+    says what it stopped of a crashed driver's at start, ``leftovers`` the files a lost trial's
+    node kept (trial number -> name -> bytes; None where trials run here)."""
 
     max_parallel: int
+    recovered: list[str]
+    leftovers: dict[int, dict[str, bytes]] | None
 
     def submit(
         self, space: SearchSpace, params: dict[str, Any], trial_dir: Path, partition: Partition, ledger: Ledger | None
@@ -62,6 +66,10 @@ class InlineExecutor:
     """Runs each trial in the calling thread: one at a time; Ctrl-C tears the server down."""
 
     max_parallel = 1
+
+    def __init__(self) -> None:
+        self.recovered: list[str] = []  # a crashed run's servers here: the driver's ledger stops them
+        self.leftovers: dict[int, dict[str, bytes]] | None = None
 
     def submit(
         self, space: SearchSpace, params: dict[str, Any], trial_dir: Path, partition: Partition, ledger: Ledger | None = None
@@ -249,11 +257,12 @@ class RayExecutor:
         # A local cluster's processes outlive a SIGKILLed driver: record them for the next run.
         self._ledger = ledger if self._owned and self._local else None
         self._record_cluster()
-        resources = ray.cluster_resources()
+        resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         self._by_device = self._local or all(f"tuner_device_{d}" in resources for d in devices)
         self.node_key = None if self._local else (node_key or "default")
         # trial number -> files its node kept (see tuner.driver.fail_interrupted)
-        self.leftovers: dict[int, dict[str, bytes]] = {}
+        self._kept: dict[int, dict[str, bytes]] = {}
+        self.leftovers: dict[int, dict[str, bytes]] | None = self._kept
         self.recovered = self.sweep_nodes() if self.node_key else []
 
     def sweep_nodes(self) -> list[str]:
@@ -266,13 +275,13 @@ class RayExecutor:
         sweep = self._ray.remote(num_cpus=0, max_retries=0)(_sweep)
         refs = [
             sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(key)
-            for node in self._ray.nodes()
+            for node in self._ray.nodes()  # type: ignore[no-untyped-call]
             if node.get("Alive")
         ]
         notes: list[str] = []
         for found, left in self._ray.get(refs):
             notes += found
-            self.leftovers.update(left)
+            self._kept.update(left)
         return notes
 
     def _record_cluster(self) -> None:

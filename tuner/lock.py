@@ -229,7 +229,8 @@ class StudyLock:
 
 def _read(text: str) -> dict[str, Any]:
     try:
-        return json.loads(text)
+        found: dict[str, Any] = json.loads(text)
+        return found
     except ValueError:
         return {}
 

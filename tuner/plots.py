@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.pareto import StudyFront
 from tuner.trials import TrialRecord
+
+if TYPE_CHECKING:
+    import optuna
 
 __all__ = [
     "concurrency_html",
@@ -115,7 +118,7 @@ def front_html(fronts: list[StudyFront], x: str, y: str, path: Path | None = Non
             )
         )
     fig.update_layout(title=f"{y} vs {x}", xaxis_title=x, yaxis_title=y, template="plotly_white")
-    html = fig.to_html(include_plotlyjs=True, full_html=full_html, div_id="front")
+    html = str(fig.to_html(include_plotlyjs=True, full_html=full_html, div_id="front"))
     if path is not None:
         path.write_text(html)
     return html
@@ -155,7 +158,7 @@ def power_html(study_trials: Sequence[TrialRecord], *, full_html: bool = False) 
         yaxis_title="W (partition)",
         template="plotly_white",
     )
-    return fig.to_html(include_plotlyjs=False, full_html=full_html, div_id="power")
+    return str(fig.to_html(include_plotlyjs=False, full_html=full_html, div_id="power"))
 
 
 def timeline_html(study_trials: Sequence[TrialRecord]) -> str:
@@ -164,7 +167,7 @@ def timeline_html(study_trials: Sequence[TrialRecord]) -> str:
     import plotly.graph_objects as go
 
     colors = {"COMPLETE": "#2ca02c", "PRUNED": "#ff7f0e", "FAIL": "#d62728", "RUNNING": "#1f77b4"}
-    rows: dict[str, list] = {}
+    rows: dict[str, list[tuple[str, Any, Any, TrialRecord]]] = {}
     for t in study_trials:
         if t.datetime_start is None:
             continue
@@ -198,7 +201,7 @@ def timeline_html(study_trials: Sequence[TrialRecord]) -> str:
         template="plotly_white",
         height=260 + 30 * len({p for v in rows.values() for p, *_ in v}),
     )
-    return fig.to_html(include_plotlyjs=False, full_html=False, div_id="timeline")
+    return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id="timeline"))
 
 
 def level_metric(study_trials: Sequence[TrialRecord], preferred: str) -> str | None:
@@ -242,7 +245,7 @@ def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = "load.ou
     return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id="concurrency"))
 
 
-def importance_html(study, target_index: int, target_name: str) -> str | None:  # optuna.Study
+def importance_html(study: optuna.Study, target_index: int, target_name: str) -> str | None:
     """Optuna's own parameter-importance plot for one objective; None while it cannot be computed."""
     import warnings
 
@@ -261,7 +264,7 @@ def importance_html(study, target_index: int, target_name: str) -> str | None:  
             )
     except (ValueError, RuntimeError, ZeroDivisionError):
         return None
-    return fig.to_html(include_plotlyjs=False, full_html=False, div_id="importance")
+    return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id="importance"))
 
 
 def slo_html(study_trials: Sequence[TrialRecord], targets: Any, *, rate: bool = False) -> str | None:

@@ -278,4 +278,4 @@ def _markdown_to_html(text: str) -> str:
     """The report's markdown as HTML (markdown-it-py, CommonMark with tables; raw HTML escaped)."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    return str(MarkdownIt("commonmark", {"html": False}).enable("table").render(text))

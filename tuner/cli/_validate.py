@@ -3,21 +3,24 @@ With ``--confirm``: run the pick once, long, at its SLO answer instead (tuner.co
 
 from __future__ import annotations
 
+import optuna
 import typer
 
 from tuner.app.read import open_existing, stored_objective_set, stored_space
 from tuner.artifacts import RunDir
 from tuner.cli._common import echo
-from tuner.confirm import answer_of
+from tuner.confirm import Confirmation, answer_of
 from tuner.confirm import confirm as confirm_pick
 from tuner.confirmed import describe as describe_confirmation
 from tuner.confirmed import describe_answer
 from tuner.exceptions import ConfigError
 from tuner.executors import InlineExecutor
 from tuner.lock import StudyLock
+from tuner.objectives import ObjectiveSet
 from tuner.pick import objective_metrics, pick
+from tuner.space import SearchSpace
 from tuner.units import format_duration, parse_duration
-from tuner.validate import revalidate
+from tuner.validate import Revalidation, revalidate
 
 
 def validate(
@@ -57,7 +60,7 @@ def validate(
     echo(f"\npick (knee): {chosen.describe(names)}")
 
 
-def _revalidate(study, objective, top: int, repeats: int):
+def _revalidate(study: optuna.Study, objective: ObjectiveSet, top: int, repeats: int) -> list[Revalidation]:
     return revalidate(
         study,
         stored_space(study),
@@ -77,7 +80,7 @@ def _seconds(text: str) -> float:
         raise ConfigError(f"--seconds: {exc}") from None
 
 
-def run_confirmation(study, space, *, seconds: float, how: str):
+def run_confirmation(study: optuna.Study, space: SearchSpace, *, seconds: float, how: str) -> Confirmation:
     """The pick at its SLO answer for ``seconds`` on a fresh server, run here (inline)."""
     chosen = pick(study, how)
     answer = answer_of(space, chosen.trial)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -41,12 +42,12 @@ class Tokenizer:
             return None
         return tuple(tokens)
 
-    async def _tokenize(self, text: str) -> dict:
+    async def _tokenize(self, text: str) -> dict[str, Any]:
         reply = await self.client.post(
             f"{self.base_url}/tokenize", json={"content": text, "prompt": text, "model": self.model}, headers=self.headers
         )
         reply.raise_for_status()
-        data: dict = reply.json()
+        data: dict[str, Any] = reply.json()
         return data
 
     async def fit(self, build: Callable[[int], str], target: int, low: int = 1, high: int | None = None) -> tuple[str, int]:

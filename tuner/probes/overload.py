@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from tuner.probes._base import Probe, ServerHandle
+from tuner.probes._stream import RequestRecord
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.probes.load import stream_request
 from tuner.records import ProbeResult
@@ -73,7 +74,7 @@ class OverloadProbe(Probe):
             wall = time.perf_counter() - began
         return self._result(records, burst, capacity, wall)
 
-    def _result(self, records: list, burst: int, capacity: int, wall: float) -> ProbeResult:
+    def _result(self, records: list[RequestRecord], burst: int, capacity: int, wall: float) -> ProbeResult:
         rejected = [r for r in records if not r.ok and r.error and r.error.startswith(REJECT_STATUSES)]
         timed_out = [r for r in records if not r.ok and r.error and "Timeout" in r.error]
         completed = [r for r in records if r.ok]
