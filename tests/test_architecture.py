@@ -297,3 +297,37 @@ def test_a_command_parses_calls_once_and_prints() -> None:
     bodies = command_bodies()
     assert len(bodies) >= 10 and "tuner.cli._run.run" in bodies
     assert {name: n for name, n in bodies.items() if n > 40} == {}
+
+
+METRIC_NAME = re.compile(r"^(slo|load|recall|capacity|served|overload|telemetry|confirm)\.[a-z][a-z_0-9]*(@\w+)?$")
+
+
+def metric_literals(package: Path) -> list[str]:
+    """String literals in code (docstrings aside) that spell a stored metric's name, outside
+    the one module that names them (tuner/metrics.py)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).as_posix()
+        if rel == f"{package.name}/metrics.py":
+            continue
+        tree = ast.parse(path.read_text(), filename=rel)
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                if METRIC_NAME.match(node.value):
+                    found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_metric_names_are_written_once() -> None:
+    assert metric_literals(ROOT / "tuner") == []
+
+
+def test_the_check_finds_a_metric_name_in_code_even_inside_an_f_string(tmp_path: Path) -> None:
+    package = tmp_path / "tuner"
+    package.mkdir()
+    (package / "metrics.py").write_text('SLO_GOODPUT = "slo.goodput"\n')
+    (package / "report.py").write_text(
+        '"""Shows slo.goodput."""\ndef f(m):\n    return f"{m[\'load.ttft_p99\']}" + m.get("slo.goodput_ci", "") + "slo."\n'
+    )
+    assert sorted(metric_literals(package)) == ["tuner/report.py:3: 'load.ttft_p99'", "tuner/report.py:3: 'slo.goodput_ci'"]

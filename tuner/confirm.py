@@ -23,6 +23,7 @@ from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigError, TunerError, describe_failure
 from tuner.executors import Executor
 from tuner.ledger import Ledger
+from tuner.metrics import SLO_GOODPUT, SLO_GOODPUT_CI
 from tuner.pick import Candidate
 from tuner.records import TrialOutcome
 from tuner.scheduler import Scheduler
@@ -143,7 +144,7 @@ def _run(scheduler: Scheduler, params: dict[str, Any], where: Any) -> TrialOutco
 
 
 def _confirmation(trial: TrialRecord, answer: Mapping[str, float], seconds: float, result: TrialOutcome | str) -> Confirmation:
-    short = (trial.metrics.get("slo.goodput"), trial.metrics.get("slo.goodput_ci"))
+    short = (trial.metrics.get(SLO_GOODPUT), trial.metrics.get(SLO_GOODPUT_CI))
     if isinstance(result, str):
         return Confirmation(trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure=result)
     probe = next((p for p in result.probes if p.probe == "confirm"), None)

@@ -24,6 +24,7 @@ import yaml
 from tuner import engines
 from tuner.engines import Command
 from tuner.limits import Limits, default_contexts, for_trial
+from tuner.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, LOAD_ERROR_RATE, LOAD_TTFT_P99
 from tuner.pick import Candidate, Studied
 from tuner.space import SearchSpace
 from tuner.trials import StudyRecord, TrialRecord, read_study
@@ -159,7 +160,7 @@ class Export:
     def figures(self) -> list[str]:
         metrics = self.candidate.trial.metrics
         lines = [f"{name}: {value:,.1f}" for name, value in zip(self.metric_names, self.candidate.values, strict=False)]
-        for key in ("load.ttft_p99", "load.error_rate", "capacity.kv_tokens", "capacity.context_per_request"):
+        for key in (LOAD_TTFT_P99, LOAD_ERROR_RATE, CAPACITY_KV_TOKENS, CAPACITY_CONTEXT_PER_REQUEST):
             if key in metrics and key not in self.metric_names:
                 lines.append(f"{key}: {metrics[key]:,.3f}")
         return lines

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.exceptions import ConfigError
+from tuner.metrics import LOAD_OUTPUT_TOK_S, SLO_GOODPUT
 from tuner.noise import NoiseFloor, differs, half_width, is_noisy, set_aside
 from tuner.pick import Candidate, Studied, objective_metrics, pick, record_of, role_index, study_floor
 from tuner.trials import StudyRecord, TrialRecord
 
 __all__ = ["COMPARED", "Gain", "gains"]
 
-COMPARED = ("slo.goodput", "load.output_tok_s")
+COMPARED = (SLO_GOODPUT, LOAD_OUTPUT_TOK_S)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tuner.metrics import (
+    RECALL_EFFECTIVE_CONTEXT,
+    SERVED_CONTEXT,
+    SLO_CONCURRENCY,
+    SLO_CONCURRENCY_VIOLATED,
+    SLO_GOODPUT,
+    SLO_RATE,
+    SLO_RATE_VIOLATED,
+)
+
 if TYPE_CHECKING:
     from tuner.trials import TrialRecord
 
@@ -143,10 +153,10 @@ def default_contexts(limits: Limits) -> list[int]:
 
 
 _MEASURED = (
-    ("recall_verified_context", "recall.effective_context"),
-    ("served_context", "served.context"),
-    ("slo_concurrency", "slo.concurrency"),
-    ("slo_broke_at", "slo.concurrency_violated"),
+    ("recall_verified_context", RECALL_EFFECTIVE_CONTEXT),
+    ("served_context", SERVED_CONTEXT),
+    ("slo_concurrency", SLO_CONCURRENCY),
+    ("slo_broke_at", SLO_CONCURRENCY_VIOLATED),
 )
 
 
@@ -157,7 +167,7 @@ def for_trial(configured: dict[str, int | None], trial: TrialRecord) -> Limits:
 
     metrics = trial.metrics
     checked: dict[str, Any] = {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}
-    for field_, metric in (("slo_goodput", "slo.goodput"), ("slo_rate", "slo.rate"), ("slo_rate_broke_at", "slo.rate_violated")):
+    for field_, metric in (("slo_goodput", SLO_GOODPUT), ("slo_rate", SLO_RATE), ("slo_rate_broke_at", SLO_RATE_VIOLATED)):
         if metric in metrics:
             checked[field_] = float(metrics[metric])
     capacity = Capacity.from_dict(dict(trial.capacity)) if trial.capacity else None

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tuner.data import shipped
 from tuner.exceptions import ConfigError
+from tuner.metrics import CAPACITY_CONTEXT_PER_REQUEST
 from tuner.space.schema import SloTargets
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ _ROLE_OF = (
 )
 # The context a config serves, where no objective has the context role: what the engine was
 # configured to serve per request (not recall-verified: say so where it is shown).
-CONFIGURED_CONTEXT = "capacity.context_per_request"
+CONFIGURED_CONTEXT = CAPACITY_CONTEXT_PER_REQUEST
 
 
 def role_of(metric: str) -> str | None:

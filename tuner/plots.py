@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuner.metrics import LOAD_OUTPUT_TOK_S
 from tuner.pareto import StudyFront
 from tuner.trials import TrialRecord
 
@@ -207,7 +208,7 @@ def timeline_html(study_trials: Sequence[TrialRecord]) -> str:
 def level_metric(study_trials: Sequence[TrialRecord], preferred: str) -> str | None:
     """The metric to draw against load: ``preferred`` where some trial measured it per level
     (``metric@C``), else the load probe's throughput; None where no trial has two levels of either."""
-    for metric in dict.fromkeys((preferred, "load.output_tok_s")):
+    for metric in dict.fromkeys((preferred, LOAD_OUTPUT_TOK_S)):
         if any(len(_levels(t.metrics, metric)) >= 2 for t in study_trials):
             return metric
     return None
@@ -217,7 +218,7 @@ def _levels(metrics: Mapping[str, float], metric: str) -> list[int]:
     return sorted(int(k.rsplit("@", 1)[1]) for k in metrics if k.startswith(f"{metric}@") and k.rsplit("@", 1)[1].isdigit())
 
 
-def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = "load.output_tok_s") -> str | None:
+def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = LOAD_OUTPUT_TOK_S) -> str | None:
     """Throughput against concurrency, one line per trial measured at two levels or more
     (``metric@C`` of each level); None when no trial was (a chart of axes alone says nothing)."""
     import plotly.graph_objects as go

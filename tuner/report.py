@@ -18,6 +18,16 @@ from tuner.export import build_export
 from tuner.gain import gains
 from tuner.limits import default_contexts
 from tuner.lock import stale_running
+from tuner.metrics import (
+    CAPACITY_CONTEXT_PER_REQUEST,
+    LOAD_OUTPUT_TOK_S,
+    LOAD_TTFT_P99,
+    SLO_CONCURRENCY,
+    SLO_CONCURRENCY_VIOLATED,
+    SLO_GOODPUT,
+    SLO_GOODPUT_CI,
+    SLO_LEVELS,
+)
 from tuner.pareto import fronts
 from tuner.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
 from tuner.plots import concurrency_html, front_html, importance_html, level_metric, power_html, slo_html, timeline_html
@@ -79,7 +89,7 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
     states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
     metric_names = study.metric_names or []
     throughput = role_index(study, "throughput")
-    y = metric_names[throughput or 0] if metric_names else "load.output_tok_s"
+    y = metric_names[throughput or 0] if metric_names else LOAD_OUTPUT_TOK_S
     x = context_metric(study)
     the_fronts = fronts({name: study}, x, y)
     try:
@@ -197,7 +207,7 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
 
 def _trials_rows(trials: list[TrialRecord], names: list[str]) -> list[str]:
     """Every trial: state, params, headline metrics, feasibility, failure, partition, start and end."""
-    shown = [*names, *(m for m in ("load.ttft_p99", "capacity.context_per_request") if m not in names)]
+    shown = [*names, *(m for m in (LOAD_TTFT_P99, CAPACITY_CONTEXT_PER_REQUEST) if m not in names)]
     head = ["trial", "state", "params", *shown, "feasible", "failure", "partition", "start", "end"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in trials:
@@ -243,21 +253,21 @@ def _gain_rows(study: optuna.Study) -> list[str]:
 
 def _slo_rows(trials: list[TrialRecord]) -> list[str]:
     """Per trial: the largest load that held the SLO, the smallest that broke it, and what broke."""
-    measured = [t for t in trials if "slo.concurrency" in t.metrics]
+    measured = [t for t in trials if SLO_CONCURRENCY in t.metrics]
     if not measured:
         return ["no SLO probe in this space (probes.slo)"]
     rows = ["| trial | holds (clients) | goodput tok/s | breaks at | what broke | levels run |", "|---|---|---|---|---|---|"]
     for t in measured:
         m = t.metrics
-        ci = f" +- {m['slo.goodput_ci']:,.1f}" if "slo.goodput_ci" in m else ""
-        broke = f"{m['slo.concurrency_violated']:.0f}" if "slo.concurrency_violated" in m else "-"
-        cells = [str(t.number), f"{m['slo.concurrency']:.0f}", f"{m['slo.goodput']:,.1f}{ci}", broke, _what_broke(t)]
-        rows.append("| " + " | ".join([*cells, f"{m.get('slo.levels', 0):.0f}"]) + " |")
+        ci = f" +- {m[SLO_GOODPUT_CI]:,.1f}" if SLO_GOODPUT_CI in m else ""
+        broke = f"{m[SLO_CONCURRENCY_VIOLATED]:.0f}" if SLO_CONCURRENCY_VIOLATED in m else "-"
+        cells = [str(t.number), f"{m[SLO_CONCURRENCY]:.0f}", f"{m[SLO_GOODPUT]:,.1f}{ci}", broke, _what_broke(t)]
+        rows.append("| " + " | ".join([*cells, f"{m.get(SLO_LEVELS, 0):.0f}"]) + " |")
     return rows
 
 
 def _what_broke(t: TrialRecord) -> str:
-    levels = (t.slo.get("levels") or {}).get(str(int(t.metrics.get("slo.concurrency_violated", -1))), {})
+    levels = (t.slo.get("levels") or {}).get(str(int(t.metrics.get(SLO_CONCURRENCY_VIOLATED, -1))), {})
     return "; ".join(levels.get("broke") or []) or "-"
 
 

@@ -8,6 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from tuner.metrics import (
+    CAPACITY_CONTEXT_PER_REQUEST,
+    LOAD_OUTPUT_TOK_S,
+    LOAD_TTFT_P99,
+    RECALL_EFFECTIVE_CONTEXT,
+    TELEMETRY_POWER_W,
+    TELEMETRY_TOKENS_PER_JOULE,
+)
 from tuner.trials import StudyRecord, TrialRecord, read_study, read_trials
 
 if TYPE_CHECKING:
@@ -15,8 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["format_param", "launched", "summary_rows", "trials_frame", "write_trials_csv"]
 
-_METRICS = ("load.output_tok_s", "recall.effective_context", "capacity.context_per_request", "load.ttft_p99")
-_WHEN_MEASURED = ("telemetry.power_w", "telemetry.tokens_per_joule")  # columns only where a trial has them
+_METRICS = (LOAD_OUTPUT_TOK_S, RECALL_EFFECTIVE_CONTEXT, CAPACITY_CONTEXT_PER_REQUEST, LOAD_TTFT_P99)
+_WHEN_MEASURED = (TELEMETRY_POWER_W, TELEMETRY_TOKENS_PER_JOULE)  # columns only where a trial has them
 
 
 def launched(t: TrialRecord | optuna.trial.FrozenTrial) -> datetime | None:

@@ -31,6 +31,7 @@ from tuner.artifacts import RunDir
 from tuner.exceptions import ConfigError, TunerError, describe_failure
 from tuner.executors import Executor
 from tuner.ledger import Ledger
+from tuner.metrics import LOAD_OUTPUT_TOK_S, SLO_CONCURRENCY, SLO_GOODPUT
 from tuner.noise import differs, is_noisy, kept, probe_cis
 from tuner.objectives import ObjectiveSet
 from tuner.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
@@ -96,7 +97,7 @@ class _Item:
 
 
 # what a re-run keeps beside its objective values: the figures tuner.gain compares pick and baseline on
-RUN_METRICS = ("slo.goodput", "slo.concurrency", "load.output_tok_s")
+RUN_METRICS = (SLO_GOODPUT, SLO_CONCURRENCY, LOAD_OUTPUT_TOK_S)
 
 
 def run_metrics(metrics: Mapping[str, float]) -> dict[str, float]:

@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 from tuner.app.read import read_record
 from tuner.cli._common import echo
 from tuner.exceptions import ConfigError
+from tuner.metrics import LOAD_OUTPUT_TOK_S
 from tuner.pareto import fronts
 from tuner.pick import context_metric, objective_metrics, pick, role_index
 from tuner.plots import front_html, front_png
@@ -38,7 +39,7 @@ def pareto(
         opened[name] = read_record(name, spec if "=" in spec else storage)
     first = next(iter(opened.values()))
     names = list(first.metric_names or [])
-    y = y or (names[role_index(first, "throughput") or 0] if names else "load.output_tok_s")
+    y = y or (names[role_index(first, "throughput") or 0] if names else LOAD_OUTPUT_TOK_S)
     x = x or context_metric(first)
     for flag, metric in (("--x", x), ("--y", y)):
         _check_metric(opened, flag, metric)

@@ -13,6 +13,15 @@ from tuner.cli._common import echo, echo_wide, terminal_width
 from tuner.confirmed import describe as describe_confirmation
 from tuner.gain import gains
 from tuner.lock import stale_running
+from tuner.metrics import (
+    SLO_ACHIEVED_OVER_OFFERED,
+    SLO_COMPLETION_RATE,
+    SLO_CONCURRENCY,
+    SLO_CONCURRENCY_VIOLATED,
+    SLO_RATE,
+    SLO_RATE_CLIENT_BOUND,
+    SLO_RATE_VIOLATED,
+)
 from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, record_of, signs
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
@@ -84,24 +93,24 @@ def print_best(study: StudyRecord) -> None:
 
 def slo_load(metrics: Mapping[str, float]) -> str | None:
     """The largest load a trial held its SLO at, as its SLO probe measured it (None: not measured)."""
-    if "slo.rate" in metrics:  # open loop
-        rate = metrics["slo.rate"]
-        broke = f", {metrics['slo.rate_violated']:.3g} break it" if "slo.rate_violated" in metrics else ""
-        if "slo.rate_client_bound" in metrics:
-            broke += f"; {metrics['slo.rate_client_bound']:.3g} could not be sent (client-bound)"
+    if SLO_RATE in metrics:  # open loop
+        rate = metrics[SLO_RATE]
+        broke = f", {metrics[SLO_RATE_VIOLATED]:.3g} break it" if SLO_RATE_VIOLATED in metrics else ""
+        if SLO_RATE_CLIENT_BOUND in metrics:
+            broke += f"; {metrics[SLO_RATE_CLIENT_BOUND]:.3g} could not be sent (client-bound)"
         if not rate:
             return "within the SLO: no request rate" + broke
         sent = ""
-        if "slo.achieved_over_offered" in metrics:
-            done = f", {metrics['slo.completion_rate']:.3g}/s completed" if "slo.completion_rate" in metrics else ""
-            sent = f"; {metrics['slo.achieved_over_offered']:.1%} of the schedule sent{done}"
+        if SLO_ACHIEVED_OVER_OFFERED in metrics:
+            done = f", {metrics[SLO_COMPLETION_RATE]:.3g}/s completed" if SLO_COMPLETION_RATE in metrics else ""
+            sent = f"; {metrics[SLO_ACHIEVED_OVER_OFFERED]:.1%} of the schedule sent{done}"
         return f"within the SLO: {rate:.3g} requests/s (Poisson arrivals, open loop{sent}){broke}"
-    if "slo.concurrency" not in metrics:
+    if SLO_CONCURRENCY not in metrics:
         return None
-    n = int(metrics["slo.concurrency"])
+    n = int(metrics[SLO_CONCURRENCY])
     if not n:
         return "within the SLO: no load (1 client breaks it)"
-    broke = f", {metrics['slo.concurrency_violated']:.0f} break it" if "slo.concurrency_violated" in metrics else ""
+    broke = f", {metrics[SLO_CONCURRENCY_VIOLATED]:.0f} break it" if SLO_CONCURRENCY_VIOLATED in metrics else ""
     names = [name for name in ("ttft", "itl", "tpot") if f"slo.{name}_p99" in metrics]
     p99 = "/".join(f"{metrics[f'slo.{name}_p99'] * 1000:,.0f}" for name in names)
     return (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tuner.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, CAPACITY_MAX_RUNNING_REQUESTS
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import CEILING, Senders, client_cores
 from tuner.probes.confirm import ConfirmProbe
@@ -37,7 +38,7 @@ __all__ = [
 _PROBES: dict[str, type[Probe]] = {
     p.name: p for p in (LoadProbe, SloProbe, RecallProbe, ServedContextProbe, OverloadProbe, ConfirmProbe)
 }
-CAPACITY_METRICS = {"capacity.kv_tokens", "capacity.max_running_requests", "capacity.context_per_request"}
+CAPACITY_METRICS = {CAPACITY_KV_TOKENS, CAPACITY_MAX_RUNNING_REQUESTS, CAPACITY_CONTEXT_PER_REQUEST}
 
 
 def from_space(space: SearchSpace) -> list[Probe]:

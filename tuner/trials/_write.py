@@ -20,6 +20,17 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.artifacts import EVIDENCE_FILES, RunDir
 from tuner.evidence import DISTANCE
 from tuner.exceptions import ConfigInfeasible, InfrastructureError, InvalidCombination
+from tuner.metrics import (
+    CAPACITY_CONTEXT_PER_REQUEST,
+    CAPACITY_KV_TOKENS,
+    LOAD_ERROR_RATE,
+    LOAD_OUTPUT_TOK_S,
+    LOAD_OUTPUT_TOK_S_CI,
+    LOAD_TTFT_P99,
+    RECALL_EFFECTIVE_CONTEXT,
+    SERVED_CONTEXT,
+    TELEMETRY_TOKENS_PER_JOULE,
+)
 from tuner.records import TrialOutcome
 from tuner.trials import _keys as k
 from tuner.trials._record import TrialRecord
@@ -167,15 +178,15 @@ class Verdict:
 
 
 HEADLINES = (
-    "load.output_tok_s",
-    "load.output_tok_s_ci",
-    "load.ttft_p99",
-    "load.error_rate",
-    "recall.effective_context",
-    "served.context",
-    "capacity.context_per_request",
-    "capacity.kv_tokens",
-    "telemetry.tokens_per_joule",
+    LOAD_OUTPUT_TOK_S,
+    LOAD_OUTPUT_TOK_S_CI,
+    LOAD_TTFT_P99,
+    LOAD_ERROR_RATE,
+    RECALL_EFFECTIVE_CONTEXT,
+    SERVED_CONTEXT,
+    CAPACITY_CONTEXT_PER_REQUEST,
+    CAPACITY_KV_TOKENS,
+    TELEMETRY_TOKENS_PER_JOULE,
 )
 
 

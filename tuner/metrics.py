@@ -1,0 +1,56 @@
+"""The names of the metrics tuner stores and reads, each written once: a probe's figures are
+``<probe>.<figure>`` (``slo.goodput``), and per load level ``<name>@<level>``. Code that reads
+or compares a stored metric names it through a constant here (a test finds any other literal)."""
+
+from __future__ import annotations
+
+CAPACITY_CONTEXT_PER_REQUEST = "capacity.context_per_request"
+CAPACITY_KV_TOKENS = "capacity.kv_tokens"
+CAPACITY_MAX_RUNNING_REQUESTS = "capacity.max_running_requests"
+
+LOAD_ERROR_RATE = "load.error_rate"
+LOAD_OUTPUT_TOK_S = "load.output_tok_s"
+LOAD_OUTPUT_TOK_S_CI = "load.output_tok_s_ci"
+LOAD_TTFT_P99 = "load.ttft_p99"
+
+RECALL_EFFECTIVE_CONTEXT = "recall.effective_context"
+
+SERVED_CONTEXT = "served.context"
+
+SLO_ACHIEVED_OVER_OFFERED = "slo.achieved_over_offered"
+SLO_COMPLETION_RATE = "slo.completion_rate"
+SLO_CONCURRENCY = "slo.concurrency"
+SLO_CONCURRENCY_VIOLATED = "slo.concurrency_violated"
+SLO_GOODPUT = "slo.goodput"
+SLO_GOODPUT_CI = "slo.goodput_ci"
+SLO_LEVELS = "slo.levels"
+SLO_RATE = "slo.rate"
+SLO_RATE_CLIENT_BOUND = "slo.rate_client_bound"
+SLO_RATE_VIOLATED = "slo.rate_violated"
+
+TELEMETRY_POWER_W = "telemetry.power_w"
+TELEMETRY_TOKENS_PER_JOULE = "telemetry.tokens_per_joule"
+
+__all__ = [
+    "CAPACITY_CONTEXT_PER_REQUEST",
+    "CAPACITY_KV_TOKENS",
+    "CAPACITY_MAX_RUNNING_REQUESTS",
+    "LOAD_ERROR_RATE",
+    "LOAD_OUTPUT_TOK_S",
+    "LOAD_OUTPUT_TOK_S_CI",
+    "LOAD_TTFT_P99",
+    "RECALL_EFFECTIVE_CONTEXT",
+    "SERVED_CONTEXT",
+    "SLO_ACHIEVED_OVER_OFFERED",
+    "SLO_COMPLETION_RATE",
+    "SLO_CONCURRENCY",
+    "SLO_CONCURRENCY_VIOLATED",
+    "SLO_GOODPUT",
+    "SLO_GOODPUT_CI",
+    "SLO_LEVELS",
+    "SLO_RATE",
+    "SLO_RATE_CLIENT_BOUND",
+    "SLO_RATE_VIOLATED",
+    "TELEMETRY_POWER_W",
+    "TELEMETRY_TOKENS_PER_JOULE",
+]
