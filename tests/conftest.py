@@ -46,7 +46,7 @@ def _has_gpu() -> bool:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores (PYTEST_XDIST_AUTO_NUM_WORKERS overrides). Beside
     the quiet tests' phase, two workers on 2 cores left 12 % of the cores idle (tests wait on
-    servers, Ray and sleeps; docs/test-suite.md, scripts/suite_timeline.py)."""
+    servers, Ray and sleeps; docs/test-suite.md)."""
     if (forced := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")).isdigit():
         return int(forced)
     return len(os.sched_getaffinity(0)) + 1

@@ -77,7 +77,7 @@ def test_runs_that_agree_by_chance_are_no_surer_than_their_own_cis(monkeypatch: 
 # Its runs are pinned to the core the real study's stored space names, where other workers' tests
 # pin their servers too (worker_core() of gw0 and gw2 under 3 workers). Beside single-core tests
 # there its runs served 16.0-32.0 tok/s (median 19.5), with the core to itself 25.5-40.0 (median
-# 36.0) (scripts/compare_beside.sh, docs/data/suite/compare-beside/); CI's run at stop 36 said "a's
+# 36.0) (measured in the session of stop 36; git history); CI's run at stop 36 said "a's
 # pick beats b's by +38.6 %". settled: after the unit tests too, which run unpinned.
 @pytest.mark.integration
 @pytest.mark.quiet(core=REAL_STUDY_CORE, settled=True)

@@ -37,7 +37,7 @@ def test_the_wheel_carries_every_space_and_objective_set(wheel: Path) -> None:
 @pytest.mark.integration
 # The embedded default's trial serves with 2 threads on 2 cores, which wait for each other at every
 # op: beside one busy process its baseline streamed 0.7-1.6 tokens/s instead of ~64 for 200-270 s
-# (docs/data/suite/poll-beside1.json). Alone (after the other quiet tests, the unit tests done) it
+# (measured 2026-12-02; git history). Alone (after the other quiet tests, the unit tests done) it
 # took 80 s (ci24, ci25); beside other tests 78-198 s, and most of a core besides.
 @pytest.mark.quiet(settled=True)
 def test_an_installed_wheel_runs_the_embedded_default_from_an_empty_directory(
