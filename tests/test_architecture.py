@@ -331,3 +331,32 @@ def test_the_check_finds_a_metric_name_in_code_even_inside_an_f_string(tmp_path:
         '"""Shows slo.goodput."""\ndef f(m):\n    return f"{m[\'load.ttft_p99\']}" + m.get("slo.goodput_ci", "") + "slo."\n'
     )
     assert sorted(metric_literals(package)) == ["tuner/report.py:3: 'load.ttft_p99'", "tuner/report.py:3: 'slo.goodput_ci'"]
+
+
+def test_benchmarks_and_scripts_use_the_public_api() -> None:
+    """benchmarks/ and scripts/ import tuner's public modules only: no private module (``_x``),
+    no command-line module (the application layer, tuner.app, is what a script calls)."""
+    found = []
+    for path in sorted([*(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "tuner" and (any(p.startswith("_") for p in parts) or "cli" in parts):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert found == []
+
+
+def test_the_layers_import_downwards_only() -> None:
+    """docs/architecture.md's picture: the command line on top, the application layer (tuner.app)
+    under it, the library below both; nothing below imports a layer above it."""
+    graph = import_graph(ROOT / "tuner")
+    upward = []
+    for module, targets in sorted(graph.items()):
+        if module == "tuner.__main__" or module.startswith("tuner.cli"):
+            continue
+        above = ("tuner.cli",) if module.startswith("tuner.app") else ("tuner.cli", "tuner.app")
+        upward += [f"{module} -> {t}" for t in sorted(targets) if t.startswith(above)]
+    assert upward == []
