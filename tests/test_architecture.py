@@ -360,3 +360,29 @@ def test_the_layers_import_downwards_only() -> None:
         above = ("tuner.cli",) if module.startswith("tuner.app") else ("tuner.cli", "tuner.app")
         upward += [f"{module} -> {t}" for t in sorted(targets) if t.startswith(above)]
     assert upward == []
+
+
+def engine_signature_literals(package: Path, signatures: set[str]) -> list[str]:
+    """String literals outside tuner/engines/ (docstrings aside) that are an engine-specific
+    failure signature's name: engine knowledge an engine-name search cannot see."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).as_posix()
+        if rel.startswith(f"{package.name}/engines/"):
+            continue
+        tree = ast.parse(path.read_text(), filename=rel)
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in signatures and id(node) not in docs:
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_engine_signature_is_named_outside_the_engines_package() -> None:
+    """The screen once named vLLM's max_model_len_exceeds_kv; now the adapter's memory model says it."""
+    from tuner import engines
+
+    shared = {"out_of_memory", "crashed_under_load", "context_above_kv_pool"}  # generic names the library gives itself
+    signatures = {s.name for name in engines.names() for s in engines.get(name).signatures} - shared
+    assert "max_model_len_exceeds_kv" in signatures
+    assert engine_signature_literals(ROOT / "tuner", signatures) == []

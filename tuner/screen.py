@@ -157,7 +157,7 @@ class Screen:
                 and _needier(c, f, skip=model.length)
             ):
                 return Prediction(
-                    f.signature or "max_model_len_exceeds_kv",
+                    f.signature or model.length_signature,
                     f"{model.length} {length:,.0f} > the {limit:,.0f} the engine named "
                     f"for trial {f.number}'s memory, and this config has no more",
                     {"from_trial": f.number, "rule": "engine_named_length", "asked": length, "limit": limit},
@@ -171,7 +171,7 @@ class Screen:
                     and _needier(c, s, skip=model.length)
                 ):
                     return Prediction(
-                        "max_model_len_exceeds_kv",
+                        model.length_signature,
                         f"{model.length} {length:,.0f} > the {s.kv_tokens:,.0f}-token KV pool "
                         f"trial {s.number} reported, and this config has no more memory",
                         {"from_trial": s.number, "rule": "pool_reported", "asked": length, "pool_tokens": s.kv_tokens},

@@ -104,6 +104,7 @@ MEMORY = MemoryModel(
     length="max-model-len",
     length_limit="estimated_max_model_len",
     length_fits_pool=True,
+    length_signature="max_model_len_exceeds_kv",
     # the pool is what profiling with max-num-batched-tokens and max-num-seqs leaves; max-model-len
     # does not enter (measured, docs/data/search-tables/h200-vllm-grid.json: 49,856 tokens at 4,096
     # and at 16,384 for util 0.012, 167,136 at both for 0.03; the 16,384 failure at 0.006 named 8,032,
