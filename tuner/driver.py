@@ -348,7 +348,7 @@ class Driver:
             argv=(),
             elapsed_s=0.0,
             signature=f"screened:{prediction.signature}",
-            summary=prediction.reason,
+            reason=prediction.reason,
             details={"predicted": prediction.signature, **prediction.numbers},
         )
         record(

@@ -7,6 +7,11 @@ from typing import Any
 
 __all__ = ["DISTANCE", "Evidence", "LogLine"]
 
+# the failure categories an engine's signatures name (tuner.engines.Category's values; read here,
+# below the engines, only to tell an old stored ``summary`` apart)
+CATEGORIES = frozenset(
+    {"out_of_memory", "kv_cache_does_not_fit", "context_too_long", "bad_flag", "port_in_use", "crash", "startup_timeout"}
+)
 DISTANCE = "distance_to_feasible"  # a failure's detail: what was asked over what the engine says fits, minus one
 
 
@@ -22,14 +27,18 @@ class LogLine:
 class Evidence:
     """What was launched, how it ended and which log lines say why.
 
-    ``signature`` is the name of the failure signature that matched
-    (e.g. ``"kv_cache_oom"``), or ``None`` when nothing matched.
+    ``signature`` is the name of the failure signature that matched (e.g. ``"kv_cache_oom"``),
+    or ``None`` when nothing matched; ``category`` its coarse kind (a
+    :class:`tuner.engines.Category` value: ``out_of_memory``, ``port_in_use``, ...), where a
+    signature matched; ``reason`` a sentence where the tuner itself decided (a pre-screen's
+    prediction, a probe's error).
     """
 
     argv: tuple[str, ...]
     elapsed_s: float
     signature: str | None = None
-    summary: str = ""
+    category: str | None = None
+    reason: str = ""
     returncode: int | None = None
     signal: str | None = None
     lines: tuple[LogLine, ...] = ()
@@ -44,6 +53,13 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Evidence:
+        data = dict(data)
+        if "summary" in data:  # written before category and reason were apart: one field held either
+            old = data.pop("summary") or ""
+            if old in CATEGORIES:
+                data.setdefault("category", old)
+            elif old and old != data.get("signature"):
+                data.setdefault("reason", old)
         return cls(
             **{
                 **data,

@@ -132,7 +132,7 @@ class ProbeError(_WithEvidence):
         if evidence is None:
             from tuner.evidence import Evidence
 
-            evidence = Evidence(argv=(), elapsed_s=0.0, signature="probe_error", summary=message)
+            evidence = Evidence(argv=(), elapsed_s=0.0, signature="probe_error", reason=message)
         super().__init__(message, evidence=evidence)
 
 

@@ -151,8 +151,11 @@ class ServerProcess:
             extra["last_exception"] = raised.text.strip()[-500:]
         if self.proc.poll() is not None and self.output_closed_at is not None:
             extra["exited_after_s"] = round(self.output_closed_at - since, 3)
-        if found.summary in ("", Category.CRASH):  # a generic crash: name what happened, keep the engine's words as the headline
-            found = replace(found, signature=signature, summary=signature)
+        if found.category in (
+            None,
+            Category.CRASH,
+        ):  # a generic crash: name what happened, keep the engine's words as the headline
+            found = replace(found, signature=signature)
         if raised is None and not found.details.get("fatal_line"):  # no words of the engine: say what the tuner saw
             when = f" {extra['exited_after_s']:.1f}s into the probe" if "exited_after_s" in extra else ""
             how = found.signal or (f"exit {found.returncode}" if found.returncode is not None else "still running")
@@ -233,7 +236,7 @@ class ServerProcess:
             argv=tuple(self.command.redact(a) for a in self.command.argv),
             elapsed_s=round(time.monotonic() - self.started_at, 3),
             signature=match.signature.name if match else default_signature,
-            summary=match.signature.category if match else "",
+            category=match.signature.category if match else None,
             **_exit_fields(code),
             lines=match.lines if match else _tail(text),
             log_path=str(self.log_path),

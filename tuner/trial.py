@@ -102,7 +102,7 @@ def serve(
         except ConfigInfeasible as exc:
             server.stop()
             evidence = server.settled(exc.evidence)
-            if evidence.summary != Category.PORT_IN_USE or attempt == PORT_ATTEMPTS:
+            if evidence.category != Category.PORT_IN_USE or attempt == PORT_ATTEMPTS:
                 raise type(exc)(str(exc), evidence=evidence) from None
             # free when the partition looked, taken before the engine bound it (another tuner's
             # trial, any program): the config is not at fault; the next free port of the block

@@ -36,7 +36,7 @@ from tuner.trials import (
     tell,
 )
 
-EV = Evidence(argv=("x",), elapsed_s=1.0, signature="kv_cache_oom", summary="no room", details={DISTANCE: 0.5})
+EV = Evidence(argv=("x",), elapsed_s=1.0, signature="kv_cache_oom", reason="no room", details={DISTANCE: 0.5})
 
 
 @pytest.mark.parametrize(
@@ -128,3 +128,14 @@ def test_a_dead_drivers_running_trial_can_be_told_from_another_process(tmp_path:
     tell(again, running_trial(again, frozen), Verdict.stopped("interrupted"))
     (record,) = read_trials(study)
     assert record.state == TrialState.FAIL and record.error == "interrupted" and record.partition == (0,)
+
+
+def test_evidence_stored_with_one_summary_field_reads_as_category_or_reason() -> None:
+    """Before category and reason were apart, ``summary`` held a category, a signature or a sentence."""
+    base = {"argv": ["x"], "elapsed_s": 1.0, "signature": "kv_cache_oom"}
+    assert Evidence.from_dict({**base, "summary": "kv_cache_does_not_fit"}).category == "kv_cache_does_not_fit"
+    assert Evidence.from_dict({**base, "summary": "kv_cache_oom"}) == Evidence(
+        argv=("x",), elapsed_s=1.0, signature="kv_cache_oom"
+    )
+    said = Evidence.from_dict({**base, "summary": "predicted to fail"})
+    assert said.reason == "predicted to fail" and said.category is None
