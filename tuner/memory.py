@@ -58,10 +58,11 @@ class MemoryModel:
     shrink with the length (``pool_independent_of_length``, a measured fact of the engine).
     ``length_fits_pool``: a length above the KV pool (capacity.kv_tokens) cannot
     start (vLLM), and ``length_signature`` is the failure signature the engine's own words get
-    there (a skip predicted from a named or reported limit carries it); ``model_limit``: the detail naming the model's own longest context, above which
-    nothing starts whatever the memory (SGLang's derived context length). ``pool_margin``: how much
-    the pool the engine reports (or names a length from) varies between two starts of the same
-    memory settings, relative; a length within it of the named or reported one is not skipped."""
+    there (a skip predicted from a named or reported limit carries it); ``model_limit``: the
+    detail naming the model's own longest context, above which nothing starts whatever the memory
+    (SGLang's derived context length). ``pool_margin``: how much the pool the engine reports (or
+    names a length from) varies between two starts of the same memory settings, relative; a
+    length within it of the named or reported one is not skipped."""
 
     room: tuple[Axis, ...]
     needs: tuple[Axis, ...]
