@@ -103,3 +103,16 @@ def test_a_remeasure_on_a_held_partition_is_refused_and_says_by_whom(tmp_path: P
     assert not executor.submitted
     (failure,) = state["a"].failures
     assert failure.startswith("not launched: ") and "pid 4242 (python) 8,000 MiB" in failure
+
+
+def test_abandon_hands_back_every_job_in_flight_and_frees_their_partitions(tmp_path: Path) -> None:
+    """An exception in the driver's loop: the jobs running and the one being launched come back
+    for the driver to record, both partitions are free again, nothing runs."""
+    space, _, _, ledger = _setup(tmp_path)
+    scheduler = Scheduler(space, Hang(), ledger)
+    first = scheduler.launch("a", {"ctx-size": 2048}, tmp_path / "a")
+    assert first is not None and scheduler.launch("b", {"ctx-size": 2048}, tmp_path / "b") is not None
+    assert scheduler.launch("c", {"ctx-size": 2048}, tmp_path / "c") is None  # both partitions taken
+    jobs = scheduler.abandon()
+    assert sorted(job.key for job in jobs) == ["a", "b"] and not scheduler.running and scheduler.launching is None
+    assert scheduler.launch("c", {"ctx-size": 2048}, tmp_path / "c") is not None  # a partition is free again

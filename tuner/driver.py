@@ -209,6 +209,10 @@ class Driver:
     def _running(self) -> dict[Future[TrialOutcome], Job]:
         return self.scheduler.running
 
+    def in_flight(self) -> list[Job]:
+        """The jobs launched and not yet finished."""
+        return list(self.scheduler.running.values())
+
     def _tick(self) -> None:
         if self.on_tick is None or not self._running or time.monotonic() - self._ticked < TICK_S:
             return
@@ -400,15 +404,8 @@ class Driver:
 
     def _abandon(self, why: str) -> None:
         """An exception left the loop: every trial in flight is recorded as interrupted."""
-        unfinished = [job.key for job in self._running.values()]
-        if self.scheduler.launching is not None:
-            unfinished.append(self.scheduler.launching.key)
-        for trial in unfinished:
-            self._interrupted(trial, why)
-        for job in self._running.values():
-            self.scheduler.pool.release(job.partition)
-        self._running.clear()
-        self.scheduler.launching = None
+        for job in self.scheduler.abandon():
+            self._interrupted(job.key, why)
 
     def _interrupted(self, trial: optuna.Trial, why: str) -> None:
         record(self.study, trial, self.run_dir, self.objective, error=InfrastructureError(why))
@@ -456,7 +453,7 @@ TICK_S = 2.0
 
 
 def _tick_rows(driver: Driver) -> list[tuple[int, Partition, Path]]:
-    return [(job.key.number, job.partition, job.trial_dir) for job in driver._running.values()]
+    return [(job.key.number, job.partition, job.trial_dir) for job in driver.in_flight()]
 
 
 def _written_outcome(trial_dir: Path) -> TrialOutcome | None:

@@ -153,6 +153,19 @@ class Scheduler:
         self.running.clear()
         return stopped
 
+    def abandon(self) -> list[Job]:
+        """An exception left the caller's loop: every job in flight, and the one being launched,
+        handed back for the caller to record; their partitions go back through :meth:`release`
+        (the GPU-memory check included) and nothing is running any more."""
+        jobs = list(self.running.values())
+        if self.launching is not None:
+            jobs.append(self.launching)
+        for job in self.running.values():
+            self.release(job.partition)
+        self.running.clear()
+        self.launching = None
+        return jobs
+
     def release(self, partition: Partition) -> None:
         """Return a partition to the pool once its GPUs' memory is back near the baseline."""
         self.pool.release(partition)
