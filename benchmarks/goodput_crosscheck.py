@@ -41,6 +41,7 @@ from tuner.artifacts import RunDir
 from tuner.export import build_export
 from tuner.partitions import free_port
 from tuner.pick import pick
+from tuner.processes import terminate_group
 from tuner.server import ServerProcess, end_servers_on_sigterm
 
 
@@ -96,12 +97,17 @@ def bench_split(
         log = (out / f"bench-{tag}.log").open("w")
         procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log, tag))
     results = []
-    for proc, log, tag in procs:
-        code = proc.wait()
-        log.close()
-        if code != 0:
-            raise RuntimeError(f"vllm bench serve (part {tag}) exited {code}: see {out}/bench-{tag}.log")
-        results.append(json.loads((out / f"bench-{tag}.json").read_text()))
+    try:
+        for proc, log, tag in procs:
+            code = proc.wait()
+            log.close()
+            if code != 0:
+                raise RuntimeError(f"vllm bench serve (part {tag}) exited {code}: see {out}/bench-{tag}.log")
+            results.append(json.loads((out / f"bench-{tag}.json").read_text()))
+    finally:  # a timeout's SIGTERM (SystemExit here) left two parts running on the H200: end every group
+        for proc, log, _ in procs:
+            terminate_group(proc.pid, term_timeout=5.0, proc=proc)
+            log.close()
     return merge(results, level, closed=closed)
 
 

