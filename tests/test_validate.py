@@ -13,7 +13,7 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 
 from tests.conftest import tiny_space
-from tuner.validate import _Item, store_reference
+from tuner.validate import _Item, store_reference, top_candidates
 
 
 def test_the_reference_trial_joins_its_runs_even_when_it_ran_after_the_start_measurement() -> None:
@@ -129,3 +129,16 @@ def test_a_revalidation_states_the_mean_the_pick_uses() -> None:
     r = Revalidation(trial=0, original=(2.5, 1024.0), runs=((50.7, 1024.0), (47.1, 1024.0), (54.4, 1024.0)), failures=())
     assert r.mean == pytest.approx(((50.7 + 47.1 + 54.4) / 3, 1024.0))
     assert len(r.all_runs) == 4 and r.to_dict()["runs"][0] == [2.5, 1024.0]  # every run is kept as evidence
+
+
+def test_the_pick_is_always_among_the_configs_re_measured() -> None:
+    """Five configs on the front; the three fastest are not the knee (60 tok/s at 6,000 tokens is):
+    the knee goes first, then the front by throughput."""
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    study.set_user_attr(
+        "tuner.objectives", {"objectives": [{"metric": "load.output_tok_s"}, {"metric": "recall.effective_context"}]}
+    )
+    for n, (tok_s, ctx) in enumerate([(100, 1000), (95, 1500), (92, 1800), (60, 6000), (50, 8000)]):
+        dist = {"ctx-size": CategoricalDistribution([n])}
+        study.add_trial(optuna.trial.create_trial(params={"ctx-size": n}, distributions=dist, values=[tok_s, ctx]))
+    assert [c.number for c in top_candidates(study, 3)] == [3, 0, 1]

@@ -34,7 +34,17 @@ from tuner.ledger import Ledger
 from tuner.metrics import LOAD_OUTPUT_TOK_S, SLO_CONCURRENCY, SLO_GOODPUT
 from tuner.noise import differs, is_noisy, kept, probe_cis
 from tuner.objectives import ObjectiveSet
-from tuner.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
+from tuner.pick import (
+    Candidate,
+    candidates,
+    objective_metrics,
+    pareto_front,
+    pick,
+    record_of,
+    reference_groups,
+    signs,
+    study_floor,
+)
 from tuner.records import TrialOutcome
 from tuner.scheduler import Scheduler
 from tuner.space import SearchSpace
@@ -242,14 +252,18 @@ def measure_reference(
 
 
 def top_candidates(study: optuna.Study, top: int) -> list[Candidate]:
-    """The noise-aware Pareto front first (best first objective first), then the rest."""
-    direction = signs(study)
-    items = candidates(study)
+    """The pick (the front's knee) first, then the rest of the noise-aware Pareto front (best first
+    objective first), then the others: the config every command names is always among those
+    re-measured (a README run once re-measured three others and picked a fourth on one run)."""
+    record = record_of(study)
+    direction = signs(record)
+    items = candidates(record)
     front = pareto_front(items, direction)
     rest = [c for c in items if c not in front]
+    knee = pick(record, "knee").number if items else None
 
-    def key(c: Candidate) -> float:
-        return -direction[0] * c.values[0]
+    def key(c: Candidate) -> tuple[bool, float]:
+        return c.number != knee, -direction[0] * c.values[0]
 
     return (sorted(front, key=key) + sorted(rest, key=key))[:top]
 
