@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -45,14 +46,28 @@ def _words(node: ast.AST, docs: set[int]) -> list[str]:
     return []
 
 
-def engine_names_outside_engines(package: Path) -> list[str]:
-    found = []
+def _code(package: Path, *, outside: str) -> Iterator[tuple[str, ast.AST, set[int]]]:
+    """Each module of ``package`` not under ``outside`` (a path below the package, or a module
+    file): its path from the package's parent, its syntax tree, and its docstrings' node ids."""
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package.parent).as_posix()
-        if rel.startswith(f"{package.name}/engines/"):
+        if rel.startswith(f"{package.name}/{outside}"):
             continue
         tree = ast.parse(path.read_text(), filename=rel)
-        docs = _docstrings(tree)
+        yield rel, tree, _docstrings(tree)
+
+
+def _strings(package: Path, *, outside: str) -> Iterator[tuple[str, int, str]]:
+    """The string literals in code (docstrings aside), with where they are."""
+    for rel, tree, docs in _code(package, outside=outside):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                yield rel, node.lineno, node.value
+
+
+def engine_names_outside_engines(package: Path) -> list[str]:
+    found = []
+    for rel, tree, docs in _code(package, outside="engines/"):
         for node in ast.walk(tree):
             for word in _words(node, docs):
                 if ENGINE_NAMES.search(word) and (rel, word) not in ALLOWED:
@@ -305,18 +320,9 @@ METRIC_NAME = re.compile(r"^(slo|load|recall|capacity|served|overload|telemetry|
 def metric_literals(package: Path) -> list[str]:
     """String literals in code (docstrings aside) that spell a stored metric's name, outside
     the one module that names them (tuner/metrics.py)."""
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        rel = path.relative_to(package.parent).as_posix()
-        if rel == f"{package.name}/metrics.py":
-            continue
-        tree = ast.parse(path.read_text(), filename=rel)
-        docs = _docstrings(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-                if METRIC_NAME.match(node.value):
-                    found.append(f"{rel}:{node.lineno}: {node.value!r}")
-    return found
+    return [
+        f"{rel}:{line}: {value!r}" for rel, line, value in _strings(package, outside="metrics.py") if METRIC_NAME.match(value)
+    ]
 
 
 def test_metric_names_are_written_once() -> None:
@@ -365,17 +371,7 @@ def test_the_layers_import_downwards_only() -> None:
 def engine_signature_literals(package: Path, signatures: set[str]) -> list[str]:
     """String literals outside tuner/engines/ (docstrings aside) that are an engine-specific
     failure signature's name: engine knowledge an engine-name search cannot see."""
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        rel = path.relative_to(package.parent).as_posix()
-        if rel.startswith(f"{package.name}/engines/"):
-            continue
-        tree = ast.parse(path.read_text(), filename=rel)
-        docs = _docstrings(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and node.value in signatures and id(node) not in docs:
-                found.append(f"{rel}:{node.lineno}: {node.value!r}")
-    return found
+    return [f"{rel}:{line}: {value!r}" for rel, line, value in _strings(package, outside="engines/") if value in signatures]
 
 
 def test_no_engine_signature_is_named_outside_the_engines_package() -> None:
