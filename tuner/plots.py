@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.metrics import LOAD_OUTPUT_TOK_S
 from tuner.pareto import StudyFront
-from tuner.trials import TrialRecord
+from tuner.trials import StudyRecord, TrialRecord
 
 if TYPE_CHECKING:
-    import optuna
+    pass
 
 __all__ = [
     "concurrency_html",
@@ -246,11 +246,16 @@ def concurrency_html(study_trials: Sequence[TrialRecord], metric: str = LOAD_OUT
     return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id="concurrency"))
 
 
-def importance_html(study: optuna.Study, target_index: int, target_name: str) -> str | None:
-    """Optuna's own parameter-importance plot for one objective; None while it cannot be computed."""
+def importance_html(record: StudyRecord, target_index: int, target_name: str) -> str | None:
+    """Optuna's own parameter-importance plot for one objective, on an in-memory study of the
+    record's complete trials (no storage read); None while it cannot be computed."""
     import warnings
 
     import optuna
+
+    directions = [optuna.study.StudyDirection[d.upper()] for d in record.directions]
+    study = optuna.create_study(directions=directions)
+    study.add_trials([t for t in record.frozen if t.state == optuna.trial.TrialState.COMPLETE])
 
     # Optuna's default evaluator (PED-ANOVA) rates what it takes to get a LOW target: a maximized
     # objective is handed over negated (it warns about exactly this, every time: silenced)

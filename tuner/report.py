@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import optuna
-
 from tuner.confirmed import describe as describe_confirmation
 from tuner.exceptions import ConfigError
 from tuner.export import build_export
@@ -29,11 +27,11 @@ from tuner.metrics import (
     SLO_LEVELS,
 )
 from tuner.pareto import fronts
-from tuner.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
+from tuner.pick import Studied, candidates, context_metric, describe_noise, objective_metrics, pick, record_of, role_index
 from tuner.plots import concurrency_html, front_html, importance_html, level_metric, power_html, slo_html, timeline_html
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
-from tuner.trials import TrialRecord, read_trials
+from tuner.trials import StudyRecord, TrialRecord
 
 __all__ = ["Report", "build_report"]
 
@@ -84,10 +82,11 @@ def _telemetry_rows(everything: list[TrialRecord]) -> list[str]:
     return rows
 
 
-def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | None = None) -> Report:
-    name = study.study_name
-    states = Counter(t.state.name for t in study.get_trials(deepcopy=False))
-    metric_names = study.metric_names or []
+def build_report(studied: Studied, space: SearchSpace, *, run_dir: Path | None = None) -> Report:
+    study = record_of(studied)  # read once: everything below computes from this record
+    name = study.name
+    states = Counter(t.state.name for t in study.trials)
+    metric_names = list(study.metric_names or [])
     throughput = role_index(study, "throughput")
     y = metric_names[throughput or 0] if metric_names else LOAD_OUTPUT_TOK_S
     x = context_metric(study)
@@ -96,7 +95,7 @@ def build_report(study: optuna.Study, space: SearchSpace, *, run_dir: Path | Non
         chosen = build_export(study, space, pick(study, "knee"), run_dir=run_dir)
     except ConfigError:
         chosen = None
-    everything = read_trials(study)
+    everything = list(study.trials)
     split = _time_split(everything)
     failures = _failures(everything)
 
@@ -242,7 +241,7 @@ def _params_cell(params: Mapping[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items()).replace("|", "/")
 
 
-def _gain_rows(study: optuna.Study) -> list[str]:
+def _gain_rows(study: StudyRecord) -> list[str]:
     chosen, found = gains(study)
     if chosen is None:
         return ["no pick yet"]
@@ -271,7 +270,7 @@ def _what_broke(t: TrialRecord) -> str:
     return "; ".join(levels.get("broke") or []) or "-"
 
 
-def _revalidation_rows(study: optuna.Study) -> list[str]:
+def _revalidation_rows(study: StudyRecord) -> list[str]:
     """Trials measured on more than one fresh server: the mean of each objective with its 95 % half-width."""
     names = objective_metrics(study)
     again = [c for c in candidates(study) if c.runs > 1]

@@ -37,7 +37,9 @@ def reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[collectio
     yield counts
 
 
-@pytest.mark.parametrize("command", [["status"], ["export"], ["export", "--format", "json"], ["pareto", "--out", "p"]])
+@pytest.mark.parametrize(
+    "command", [["status"], ["export"], ["export", "--format", "json"], ["pareto", "--out", "p"], ["report", "--out", "r"]]
+)
 def test_a_command_reads_its_study_once(
     command: list[str], reads: collections.Counter[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -52,7 +54,8 @@ def test_a_command_reads_its_study_once(
     finally:
         sys.argv = argv
         signal.signal(signal.SIGTERM, handler)
-    assert "max-num-seqs" in capsys.readouterr().out  # it ran to its end: every output names the pick's params
+    shown = capsys.readouterr().out + (Path("r.md").read_text() if command[0] == "report" else "")
+    assert "max-num-seqs" in shown  # it ran to its end: every output names the pick's params
     assert dict(reads) == {"get_study_user_attrs": 1, "_get_trials": 1}
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from tuner.app.read import open_existing, run_dir_of, stored_space
+from tuner.app.read import read_record, run_dir_of, stored_space
 from tuner.cli._common import echo
 from tuner.report import build_report
 
@@ -17,8 +17,8 @@ def report(
     out: Path = typer.Option(None, "--out", help="file prefix (default runs/<study>/report)"),
 ) -> None:
     """Trials by state, time split, failures by signature, the front, the chosen config."""
-    the_study = open_existing(study, storage)
-    result = build_report(the_study, stored_space(the_study), run_dir=run_dir_of(study, storage))
+    record = read_record(study, storage)
+    result = build_report(record, stored_space(record), run_dir=run_dir_of(study, storage))
     prefix = out or Path("runs") / study / "report"
     prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.with_suffix(".html").write_text(result.html)

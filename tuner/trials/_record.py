@@ -190,6 +190,9 @@ class StudyRecord:
     trials: tuple[TrialRecord, ...] = ()
     confirmed: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     noise_prior: Mapping[str, Any] | None = None  # the engine's fresh-server spread here (tuner.noise)
+    # the trials as Optuna froze them, for Optuna's own analyses (parameter importance) of this
+    # one read: an in-memory study built from them reads no storage
+    frozen: tuple[optuna.trial.FrozenTrial, ...] = field(default=(), repr=False, compare=False)
 
     def trial(self, number: int) -> TrialRecord | None:
         return next((t for t in self.trials if t.number == number), None)
@@ -227,6 +230,7 @@ def read_study(study: optuna.Study, *, states: Sequence[TrialState] | None = Non
         trials=tuple(TrialRecord.of(t, revalidated.get(t.number), confirmed.get(t.number)) for t in frozen),
         confirmed=confirmed,
         noise_prior=attrs.get(k.NOISE_PRIOR) or None,
+        frozen=tuple(frozen),
     )
 
 
