@@ -25,7 +25,7 @@ from tuner.exceptions import InfrastructureError, ScreenedOut, TrialTimeout, Tun
 from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.objectives import Evaluation, ObjectiveSet
-from tuner.partitions import Partition, trial_size
+from tuner.partitions import Partition
 from tuner.records import TrialOutcome
 from tuner.scheduler import Job, Scheduler
 from tuner.screen import Screen
@@ -182,16 +182,19 @@ class Driver:
         self._began = 0.0
         self._pause_at: int | None = None
         self._durations: list[float] = []
-        self._stop_requested = ""
 
     @property
     def stop_requested(self) -> bool:
         return bool(self._stop_requested)
 
+    @property
+    def _stop_requested(self) -> str:
+        """Why the run stops, if it was asked to: the scheduler holds it (one stop state)."""
+        return self.scheduler.stop_reason
+
     def request_stop(self, reason: str) -> None:
         """Stop dispatching; running trials are stopped and recorded (safe from a signal handler).
         A re-measurement running on this driver's scheduler stops too."""
-        self._stop_requested = reason
         self.scheduler.request_stop(reason)
 
     def finished(self) -> int:
@@ -279,7 +282,7 @@ class Driver:
             if self._launch(entry.trial, entry.params):
                 for passed in waiting[:i]:
                     passed.overtaken += 1
-                    size = trial_size(self.space.hardware.per_trial, passed.params)
+                    size = self.scheduler.size(passed.params)
                     logger.info(
                         "trial %d launched before trial %d, which waits for %d devices",
                         entry.trial.number,
