@@ -151,6 +151,7 @@ class EngineAdapter(ABC):
         "--port",
     )  # where it listens: not a tuned flag (export compares the rest)
     typical_start_s: ClassVar[float] = 60.0  # a start as measured here: the dry run's estimate of a night
+    typical_install_s: ClassVar[float] = 0.0  # what provision() takes where the engine is missing (a build)
     # per hardware kind: the relative SD of a load figure between fresh servers of one config, as
     # measured here (the prior a study uses until it measures its own floor: tuner.noise)
     fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {}

@@ -115,6 +115,7 @@ class LlamaCppAdapter(EngineAdapter):
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 1.0  # SmolLM2 on 2 cores: 0.3-1 s
+    typical_install_s = 300.0  # llama-server's build on 2 cores: 4-6 min (README, 2026-12-03)
     fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {
         "cpu": FreshSpread(0.064, 9, "2 cores, the embedded default's baseline on 10 fresh servers (docs/noise.md)")
     }
