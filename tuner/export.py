@@ -25,9 +25,9 @@ from tuner import engines
 from tuner.engines import Command
 from tuner.limits import Limits, default_contexts, for_trial
 from tuner.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, LOAD_ERROR_RATE, LOAD_TTFT_P99
-from tuner.pick import Candidate, Studied
+from tuner.pick import Candidate
 from tuner.space import SearchSpace
-from tuner.trials import StudyRecord, TrialRecord, read_study
+from tuner.trials import Studied, TrialRecord, record_of
 
 __all__ = ["FORMATS", "Export", "Launch", "build_export", "recorded_launch"]
 
@@ -271,7 +271,7 @@ def build_export(
     study: Studied, space: SearchSpace, candidate: Candidate, *, port: int = 8000, run_dir: Path | None = None
 ) -> Export:
     """The chosen trial as it ran (see the module doc); ``run_dir`` holds older studies' records."""
-    record = study if isinstance(study, StudyRecord) else read_study(study, trials=False)
+    record = record_of(study, trials=False)
     adapter = engines.get(space.engine)
     secret_names = (space.server.api_key_env,) if space.server.api_key_env else ()
     here = adapter.command(candidate.trial.params, space=space, model_path=adapter.resolve_model(space.model.path), port=port)

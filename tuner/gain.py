@@ -21,8 +21,8 @@ from typing import Any
 from tuner.exceptions import ConfigError
 from tuner.metrics import LOAD_OUTPUT_TOK_S, SLO_GOODPUT
 from tuner.noise import NoiseFloor, differs, half_width, is_noisy, set_aside
-from tuner.pick import Candidate, Studied, objective_metrics, pick, record_of, role_index, study_floor
-from tuner.trials import StudyRecord, TrialRecord
+from tuner.pick import Candidate, objective_metrics, pick, role_index, study_floor
+from tuner.trials import Studied, StudyRecord, TrialRecord, record_of
 
 __all__ = ["COMPARED", "Gain", "gains"]
 

@@ -37,7 +37,7 @@ import optuna
 
 from tuner import procfs
 from tuner.exceptions import TunerError
-from tuner.trials import StudyRecord, read_lease, read_study, write_lease
+from tuner.trials import Studied, read_lease, record_of, write_lease
 
 __all__ = ["Lease", "StudyLock", "StudyLocked", "lease_of", "machine_id", "stale_running"]
 
@@ -235,9 +235,9 @@ def _read(text: str) -> dict[str, Any]:
         return {}
 
 
-def stale_running(study: optuna.Study | StudyRecord, stale_after: float = 60.0) -> str:
+def stale_running(study: Studied, stale_after: float = 60.0) -> str:
     """A line when RUNNING trials have no live driver (its lease is gone or stale), else ''."""
-    record = study if isinstance(study, StudyRecord) else read_study(study, states=(optuna.trial.TrialState.RUNNING,))
+    record = record_of(study)
     held = Lease(dict(record.lease)) if record.lease else None
     if held is not None and held.alive(stale_after):
         return ""

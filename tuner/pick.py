@@ -16,13 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-import optuna
 from optuna.trial import TrialState
 
 from tuner.exceptions import ConfigError
 from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, prior_floor, probe_cis, set_aside
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
-from tuner.trials import StudyRecord, TrialRecord, read_study
+from tuner.trials import Studied, StudyRecord, TrialRecord, record_of
 
 __all__ = [
     "Candidate",
@@ -45,14 +44,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-Studied = optuna.Study | StudyRecord  # a live study, or the record a command read once
-
-
-def record_of(study: Studied) -> StudyRecord:
-    """The record as it is, or the live study read once (its attrs and every trial). A command
-    reads once and hands the record on; the functions here then never touch storage."""
-    return study if isinstance(study, StudyRecord) else read_study(study)
 
 
 @dataclass(frozen=True)
@@ -149,7 +140,7 @@ def objective_metrics(study: Studied) -> list[str]:
 def _attrs(study: Studied) -> StudyRecord:
     """The record, or the live study's own attrs read without its trials (what a one-question
     caller such as the driver needs)."""
-    return study if isinstance(study, StudyRecord) else read_study(study, trials=False)
+    return record_of(study, trials=False)
 
 
 def study_floor(

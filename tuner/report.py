@@ -27,11 +27,11 @@ from tuner.metrics import (
     SLO_LEVELS,
 )
 from tuner.pareto import fronts
-from tuner.pick import Studied, candidates, context_metric, describe_noise, objective_metrics, pick, record_of, role_index
+from tuner.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
 from tuner.plots import concurrency_html, front_html, importance_html, level_metric, power_html, slo_html, timeline_html
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
-from tuner.trials import StudyRecord, TrialRecord
+from tuner.trials import Studied, StudyRecord, TrialRecord, record_of
 
 __all__ = ["Report", "build_report"]
 

@@ -16,7 +16,7 @@ from tuner.metrics import (
     TELEMETRY_POWER_W,
     TELEMETRY_TOKENS_PER_JOULE,
 )
-from tuner.trials import StudyRecord, TrialRecord, read_study, read_trials
+from tuner.trials import Studied, TrialRecord, read_trials, record_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,11 +87,11 @@ def format_param(value: Any, spec: Any = None) -> str:
     return f"{value:.3g}"
 
 
-def summary_rows(study: optuna.Study | StudyRecord, space: Any = None) -> list[dict[str, Any]]:
+def summary_rows(study: Studied, space: Any = None) -> list[dict[str, Any]]:
     """The trials as a terminal shows them: number, state, every parameter at its precision, each
     objective with its probe CI where measured, feasibility and a short note (``tune trials`` has
     every column)."""
-    record = study if isinstance(study, StudyRecord) else read_study(study)
+    record = record_of(study)
     names = record.metric_names or [f"value{i}" for i in range(len(record.directions))]
     specs = getattr(space, "parameters", {}) or {}
     rows = []

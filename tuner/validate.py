@@ -34,21 +34,11 @@ from tuner.ledger import Ledger
 from tuner.metrics import LOAD_OUTPUT_TOK_S, SLO_CONCURRENCY, SLO_GOODPUT
 from tuner.noise import differs, is_noisy, kept, probe_cis
 from tuner.objectives import ObjectiveSet
-from tuner.pick import (
-    Candidate,
-    candidates,
-    objective_metrics,
-    pareto_front,
-    pick,
-    record_of,
-    reference_groups,
-    signs,
-    study_floor,
-)
+from tuner.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
 from tuner.records import TrialOutcome
 from tuner.scheduler import Scheduler
 from tuner.space import SearchSpace
-from tuner.trials import TrialRecord, read_study, read_trials, save_noise, save_revalidation
+from tuner.trials import TrialRecord, read_study, read_trials, record_of, save_noise, save_revalidation
 
 __all__ = ["Revalidation", "measure_reference", "reference_params", "remeasure", "revalidate", "top_candidates"]
 

@@ -11,9 +11,8 @@ from tuner.artifacts import RunDir
 from tuner.credentials import mask
 from tuner.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
-from tuner.pick import Studied, record_of
 from tuner.space import SearchSpace
-from tuner.trials import StudyRecord, connect, read_study
+from tuner.trials import Studied, StudyRecord, connect, record_of
 
 __all__ = [
     "open_existing",
@@ -28,10 +27,6 @@ __all__ = [
 def read_record(study: str, storage: str | None) -> StudyRecord:
     """The existing study ``study`` (in ``storage``, default runs/<study>/study.db) read once."""
     return record_of(open_existing(study, storage))
-
-
-def _attrs(study: Studied) -> StudyRecord:
-    return study if isinstance(study, StudyRecord) else read_study(study, trials=False)
 
 
 def open_existing(study: str, storage: str | None) -> optuna.Study:
@@ -71,20 +66,18 @@ def run_dir_of(study: str, storage: str | None) -> Path | None:
 
 def stored_space(study: Studied) -> SearchSpace:
     """The space the study was run with (as stored, its SLO targets filled in)."""
-    record = _attrs(study)
+    record = record_of(study, trials=False)
     if record.space is None:
         raise ConfigError(f"study {record.name!r} was not made by tuner (no stored space)")
-    raw = record.space
-    return SearchSpace.model_validate(raw)
+    return SearchSpace.model_validate(record.space)
 
 
 def stored_objective_set(study: Studied) -> ObjectiveSet:
     """The objective set the study was run with."""
-    record = _attrs(study)
-    raw = record.objectives
-    if raw is None:
+    record = record_of(study, trials=False)
+    if record.objectives is None:
         raise ConfigError(f"study {record.name!r} was not made by tuner (no stored objectives)")
-    return ObjectiveSet.model_validate(raw)
+    return ObjectiveSet.model_validate(record.objectives)
 
 
 def storage_error_text(exc: BaseException) -> str:

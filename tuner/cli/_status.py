@@ -22,11 +22,11 @@ from tuner.metrics import (
     SLO_RATE_CLIENT_BOUND,
     SLO_RATE_VIOLATED,
 )
-from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, record_of, signs
+from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
 from tuner.table import summary_rows
-from tuner.trials import StudyRecord
+from tuner.trials import StudyRecord, record_of
 
 
 def status(

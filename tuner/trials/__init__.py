@@ -8,7 +8,7 @@
 - :mod:`tuner.trials._keys`: the attribute names (no other module spells them).
 """
 
-from tuner.trials._record import Kind, StudyRecord, TrialRecord, read_lease, read_study, read_trials
+from tuner.trials._record import Kind, Studied, StudyRecord, TrialRecord, read_lease, read_study, read_trials, record_of
 from tuner.trials._storage import connect
 from tuner.trials._write import (
     HEADLINES,
@@ -37,6 +37,7 @@ __all__ = [
     "STARTS",
     "STATES",
     "Kind",
+    "Studied",
     "StudyRecord",
     "TrialRecord",
     "Verdict",
@@ -49,6 +50,7 @@ __all__ = [
     "read_lease",
     "read_study",
     "read_trials",
+    "record_of",
     "requeue",
     "running_trial",
     "save_confirmation",

@@ -234,6 +234,16 @@ def read_study(study: optuna.Study, *, states: Sequence[TrialState] | None = Non
     )
 
 
+Studied = optuna.Study | StudyRecord  # a live study, or the record a command read once
+
+
+def record_of(study: Studied, *, trials: bool = True) -> StudyRecord:
+    """The record as it is, or the live study read once (its attrs, and every trial unless
+    ``trials`` is False). A command reads once and hands the record on; what reads a record
+    then never touches storage."""
+    return study if isinstance(study, StudyRecord) else read_study(study, trials=trials)
+
+
 def read_trials(study: optuna.Study, *, states: Sequence[TrialState] | None = None) -> list[TrialRecord]:
     """The study's trials as records (those in ``states``, default all)."""
     return list(read_study(study, states=states).trials)
