@@ -20,7 +20,7 @@ from tuner.study import make_sampler
 from tuner.trials import enqueue
 from tuner.units import format_duration
 
-__all__ = ["dry_run", "estimate_lines"]
+__all__ = ["dry_run", "estimate_line", "expected_line"]
 
 
 def dry_run(
@@ -76,37 +76,47 @@ def dry_run(
             f"  {command.shell_line()}",
         ]
     lines += _open_loop_ceiling(space, partition)
-    lines += estimate_lines(space, budget=budget, timeout=timeout, max_parallel=max_parallel, installed=executable is not None)
+    lines.append(estimate_line(space, budget=budget, timeout=timeout, max_parallel=max_parallel))
+    lines.append(expected_line(space, budget=budget, max_parallel=max_parallel, installed=executable is not None))
     return lines
 
 
-def estimate_lines(space: SearchSpace, *, budget: int, timeout: float | None, max_parallel: int, installed: bool) -> list[str]:
-    """How long the run takes: each trial's launch and load levels (a lower bound), and the
-    expected total: every trial and every fresh-server re-measurement the space plans at the
-    longest a trial's levels take, plus the engine's install where it is missing. On the
-    embedded default (2026-12-03) this said 31.9 min for a run that took 28.7."""
-    adapter = engines.get(space.engine)
-    start = adapter.typical_start_s
-    load = space.probes.load
-    level = (load.max_duration + 5.0) if load is not None else 20.0
-    probes = len(load.concurrency) * level if load is not None else 0.0
+def estimate_line(space: SearchSpace, *, budget: int, timeout: float | None, max_parallel: int) -> str:
+    """A lower bound: each trial's launch and load levels, the recall ladder and other probes aside."""
+    start, per_trial, most = _trial_seconds(space)
     slo = space.probes.slo
     levels = "load levels" + (f" + at most {slo.max_levels} SLO levels" if slo is not None else "")
-    per_trial = start + probes
-    most = per_trial + (slo.max_levels * level if slo is not None else 0.0)
     night = budget * per_trial / max(1, max_parallel)
     limit = f"; the space's timeout {format_duration(timeout)} stops launching first" if timeout and timeout < night else ""
     spread = f" to {format_duration(most)}" if slo is not None else ""
+    return (
+        f"estimate: {budget} trials x at least {format_duration(per_trial)}{spread} (start ~{start:.0f}s + {levels}; recall "
+        f"and other probes add to it) / {max_parallel} at a time = at least {format_duration(night)}{limit}"
+    )
+
+
+def expected_line(space: SearchSpace, *, budget: int, max_parallel: int, installed: bool) -> str:
+    """The expected total: every trial and every fresh-server re-measurement the space plans at
+    the longest a trial's levels take, plus the engine's install where it is missing. On the
+    embedded default (2026-12-03) this said 31m56s for a run that took 28.7 min."""
+    most = _trial_seconds(space)[2]
     again = _remeasure_launches(space, budget)
-    install = 0.0 if installed else adapter.typical_install_s
+    install = 0.0 if installed else engines.get(space.engine).typical_install_s
     expected = (budget + again) * most / max(1, max_parallel) + install
     built = f" + ~{format_duration(install)} to install the engine" if install else ""
-    return [
-        f"estimate: {budget} trials x at least {format_duration(per_trial)}{spread} (start ~{start:.0f}s + {levels}; recall "
-        f"and other probes add to it) / {max_parallel} at a time = at least {format_duration(night)}{limit}",
+    return (
         f"expected: about {format_duration(expected)} ({budget} trials and {again} fresh-server re-measurement(s) at up to "
-        f"{format_duration(most)} each, {max_parallel} at a time{built})",
-    ]
+        f"{format_duration(most)} each, {max_parallel} at a time{built})"
+    )
+
+
+def _trial_seconds(space: SearchSpace) -> tuple[float, float, float]:
+    """(a start, a trial's start and load levels, that plus every SLO level it may run) in seconds."""
+    start = engines.get(space.engine).typical_start_s
+    load, slo = space.probes.load, space.probes.slo
+    level = (load.max_duration + 5.0) if load is not None else 20.0
+    per_trial = start + (len(load.concurrency) * level if load is not None else 0.0)
+    return start, per_trial, per_trial + (slo.max_levels * level if slo is not None else 0.0)
 
 
 def _remeasure_launches(space: SearchSpace, budget: int) -> int:

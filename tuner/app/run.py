@@ -24,7 +24,7 @@ from tuner.confirmed import describe_answer
 from tuner.credentials import mask
 from tuner.devices import GpuHygiene
 from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
-from tuner.dryrun import dry_run, estimate_lines
+from tuner.dryrun import dry_run, expected_line
 from tuner.exceptions import ConfigError
 from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
@@ -168,11 +168,7 @@ def _run_locked(config: RunConfig, study: optuna.Study, run_dir: RunDir, lock: S
     began = time.monotonic()
     adapter = engines.get(space.engine)
     installed = adapter.installed()[0] is not None
-    say(
-        estimate_lines(
-            space, budget=config.trials, timeout=config.timeout, max_parallel=config.max_parallel, installed=installed
-        )[1]
-    )
+    say(expected_line(space, budget=config.trials, max_parallel=config.max_parallel, installed=installed))  # before the install
     adapter.provision(events.progress)
     ledger = Ledger(run_dir.root / "servers")
     names = config.objective.metric_names
