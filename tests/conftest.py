@@ -276,6 +276,26 @@ def assert_group_gone(pgid: int) -> None:
     assert group_members(pgid) == [], f"processes of group {pgid} are still alive"
 
 
+def tune_here(*args: str) -> int:
+    """``tune ARGS`` in this process (the CLI's own entry point, its output to pytest's capture):
+    its exit code. The SIGTERM handler the CLI installs and ``sys.argv`` are put back after."""
+    import signal
+    import sys
+
+    from tuner.cli import main
+
+    handler = signal.getsignal(signal.SIGTERM)
+    argv, sys.argv = sys.argv, ["tune", *args]
+    try:
+        main()
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+        signal.signal(signal.SIGTERM, handler)
+
+
 def tiny_space(**overrides: object) -> dict:
     """A small real llama.cpp space for integration tests (fast probes, 1 core)."""
     space = {

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tune_here
 
 GOLDEN = ROOT / "tests" / "golden"
 STUDIES = {  # name -> committed study (and its pick): a closed-loop goodput tune, an open-loop one confirmed
@@ -33,18 +31,7 @@ CASES = [(study, cmd) for study in STUDIES for cmd in COMMANDS]
 
 
 def _tune(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    from tuner.cli import main
-
-    handler = signal.getsignal(signal.SIGTERM)
-    argv, sys.argv = sys.argv, ["tune", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = argv
-        signal.signal(signal.SIGTERM, handler)
+    code = tune_here(*args)
     out = capsys.readouterr()
     return f"$ tune {' '.join(args)}\n--- exit {code}\n--- stdout\n{out.out}--- stderr\n{out.err}"
 

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import collections
 import shutil
-import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import optuna.storages._rdb.storage as rdb
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tune_here
 from tuner.app.read import read_record
 
 STUDY = ROOT / "docs/data/goodput/h200-vllm-goodput.db"  # a committed study: 9 trials, a front of 3
@@ -43,17 +41,8 @@ def reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[collectio
 def test_a_command_reads_its_study_once(
     command: list[str], reads: collections.Counter[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tuner.cli import main
-
-    handler = signal.getsignal(signal.SIGTERM)
-    argv, sys.argv = sys.argv, ["tune", *command, "--study", "h200-vllm-goodput", "--storage", "sqlite:///study.db"]
-    try:
-        main()
-    except SystemExit as exc:
-        assert not exc.code, capsys.readouterr()
-    finally:
-        sys.argv = argv
-        signal.signal(signal.SIGTERM, handler)
+    code = tune_here(*command, "--study", "h200-vllm-goodput", "--storage", "sqlite:///study.db")
+    assert code == 0, capsys.readouterr()
     shown = capsys.readouterr().out + (Path("r.md").read_text() if command[0] == "report" else "")
     assert "max-num-seqs" in shown  # it ran to its end: every output names the pick's params
     assert dict(reads) == {"get_study_user_attrs": 1, "_get_trials": 1}
