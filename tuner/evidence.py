@@ -5,13 +5,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["DISTANCE", "Evidence", "LogLine"]
+__all__ = ["CATEGORIES", "DISTANCE", "Category", "Evidence", "LogLine"]
 
-# the failure categories an engine's signatures name (tuner.engines.Category's values; read here,
-# below the engines, only to tell an old stored ``summary`` apart)
-CATEGORIES = frozenset(
-    {"out_of_memory", "kv_cache_does_not_fit", "context_too_long", "bad_flag", "port_in_use", "crash", "startup_timeout"}
-)
+
+class Category:
+    """Coarse kinds of failure, shared by all engines (their signatures name one; re-exported by
+    tuner.engines)."""
+
+    OUT_OF_MEMORY = "out_of_memory"
+    KV_CACHE = "kv_cache_does_not_fit"
+    CONTEXT_TOO_LONG = "context_too_long"
+    BAD_FLAG = "bad_flag"
+    PORT_IN_USE = "port_in_use"
+    CRASH = "crash"
+    STARTUP_TIMEOUT = "startup_timeout"
+
+
+CATEGORIES = frozenset(v for k, v in vars(Category).items() if k.isupper())
 DISTANCE = "distance_to_feasible"  # a failure's detail: what was asked over what the engine says fits, minus one
 
 

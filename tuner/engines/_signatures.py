@@ -7,21 +7,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.evidence import DISTANCE, LogLine  # DISTANCE: a grade's detail, read by tuner.trials (which knows no engine)
+from tuner.evidence import DISTANCE, Category, LogLine  # a grade's detail and the kinds: plain data, below the engines
 
 __all__ = ["DISTANCE", "Category", "Signature", "SignatureMatch", "classify", "first_fatal", "raised_exception", "words_category"]
-
-
-class Category:
-    """Coarse kinds of failure, shared by all engines."""
-
-    OUT_OF_MEMORY = "out_of_memory"
-    KV_CACHE = "kv_cache_does_not_fit"
-    CONTEXT_TOO_LONG = "context_too_long"
-    BAD_FLAG = "bad_flag"
-    PORT_IN_USE = "port_in_use"
-    CRASH = "crash"
-    STARTUP_TIMEOUT = "startup_timeout"
 
 
 @dataclass(frozen=True)
