@@ -45,18 +45,37 @@ from tuner.processes import terminate_group
 from tuner.server import ServerProcess, end_servers_on_sigterm
 
 
+def bench_argv(
+    url: str,
+    model: str,
+    flag: list[str],
+    prompts: int,
+    lengths: tuple[int, int],
+    out: Path,
+    name: str,
+    seed: int,
+    *,
+    detailed: bool = False,
+) -> list[str]:
+    """One `vllm bench serve` at ``flag`` (``--max-concurrency N`` or ``--request-rate R``), random
+    prompts of ``lengths`` (in, out) tokens, its result saved as ``out/name`` (``detailed``: with
+    every request's times, which a merge of several processes reads)."""
+    return [
+        sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+        "--backend", "vllm", "--base-url", url, "--model", model, "--tokenizer", model,
+        "--dataset-name", "random", "--random-input-len", str(lengths[0]), "--random-output-len", str(lengths[1]),
+        "--ignore-eos", "--num-prompts", str(prompts), *flag,
+        "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "99",
+        "--save-result", *(["--save-detailed"] if detailed else []),
+        "--result-dir", str(out), "--result-filename", name, "--seed", str(seed),
+    ]  # fmt: skip
+
+
 def bench(url: str, model: str, level: list[str], prompts: int, prompt_tokens: int, output_tokens: int, out: Path) -> dict:
     """One `vllm bench serve` run at ``level`` (``--max-concurrency N`` or ``--request-rate R``); its saved result."""
     tag = f"c{level[1]}" if level[0] == "--max-concurrency" else f"r{level[1]}"
     name = f"bench-{tag}.json"
-    argv = [
-        sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-        "--backend", "vllm", "--base-url", url, "--model", model, "--tokenizer", model,
-        "--dataset-name", "random", "--random-input-len", str(prompt_tokens), "--random-output-len", str(output_tokens),
-        "--ignore-eos", "--num-prompts", str(prompts), *level,
-        "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "99",
-        "--save-result", "--result-dir", str(out), "--result-filename", name, "--seed", str(len(name) + prompts),
-    ]  # fmt: skip
+    argv = bench_argv(url, model, level, prompts, (prompt_tokens, output_tokens), out, name, len(name) + prompts)
     with (out / f"bench-{tag}.log").open("w") as log:
         subprocess.run(argv, check=True, stdout=log, stderr=subprocess.STDOUT)
     return json.loads((out / name).read_text())
@@ -86,14 +105,9 @@ def bench_split(
     for i, share in enumerate(shares(level, k, whole=closed)):
         tag = f"{'c' if closed else 'r'}{level:g}-p{i}"
         flag = ["--max-concurrency", f"{share:g}"] if closed else ["--request-rate", f"{share:g}"]
-        argv = [
-            sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-            "--backend", "vllm", "--base-url", url, "--model", model, "--tokenizer", model,
-            "--dataset-name", "random", "--random-input-len", str(prompt_tokens), "--random-output-len", str(output_tokens),
-            "--ignore-eos", "--num-prompts", str(max(2, round(share * amount))), *flag,
-            "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "99", "--save-result", "--save-detailed",
-            "--result-dir", str(out), "--result-filename", f"bench-{tag}.json", "--seed", str(1000 + i),
-        ]  # fmt: skip
+        prompts = max(2, round(share * amount))
+        name = f"bench-{tag}.json"
+        argv = bench_argv(url, model, flag, prompts, (prompt_tokens, output_tokens), out, name, 1000 + i, detailed=True)
         log = (out / f"bench-{tag}.log").open("w")
         procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log, tag))
     results = []
