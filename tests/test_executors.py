@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import group_members, tiny_space
+from tuner.executors import leftovers
 
 pytestmark = pytest.mark.integration
 # The tests on the `cluster` fixture run on one xdist worker (pyproject: --dist loadgroup), in a row:
@@ -274,3 +275,25 @@ def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_in
         log = tmp_path / "b" / "runs" / "crash-node" / "trials" / str(t.number) / "server.log"
         assert log.is_file() and "--port" in (log.parent / "command.txt").read_text() and log.stat().st_size > 0, log
         assert {"server.log", "command.txt"} <= {m.filename for m in get_all_artifact_meta(t, storage=study._storage)}
+
+
+def test_a_file_gone_while_a_sweep_reads_a_left_trial_folder_is_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed driver's worker may still remove its trial folder while the next driver sweeps:
+    the sweep takes what is still there instead of failing the run (CI: command.txt vanished)."""
+    folder = tmp_path / "tuner-trial-x"
+    folder.mkdir()
+    (folder / ".tuner-trial.json").write_text('{"key": "s", "trial": 3}')
+    (folder / "server.log").write_text("ready\n")
+    (folder / "command.txt").write_text("llama-server\n")
+    real, listed = Path.stat, set()
+
+    def vanishing(self: Path, **kw: object) -> object:
+        if self.name == "command.txt" and self in listed:  # there when listed, gone when read
+            raise FileNotFoundError(2, "No such file or directory", str(self))
+        listed.add(self)
+        return real(self, **kw)
+
+    monkeypatch.setattr(Path, "stat", vanishing)
+    found = leftovers("s", tmp_path)
+    monkeypatch.undo()
+    assert found == {3: {"server.log": b"ready\n"}} and not folder.exists()

@@ -158,11 +158,17 @@ def _refuse_held(partition: Partition) -> None:
 
 
 def _collect(root: Path) -> dict[str, bytes]:
+    """The files under ``root`` (one beyond MAX_SHIPPED_FILE named, not shipped). A file gone
+    between the listing and the read is left out: a killed driver's worker may still be tearing
+    its trial folder down while the next driver sweeps (CI saw command.txt vanish there)."""
     files = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MARKER):
         rel = str(path.relative_to(root))
-        size = path.stat().st_size
-        files[rel] = path.read_bytes() if size <= MAX_SHIPPED_FILE else f"{size} bytes, left on {_where()}: {path}\n".encode()
+        try:
+            size = path.stat().st_size
+            files[rel] = path.read_bytes() if size <= MAX_SHIPPED_FILE else f"{size} bytes, left on {_where()}: {path}\n".encode()
+        except FileNotFoundError:
+            continue
     return files
 
 
