@@ -90,3 +90,32 @@ def test_a_run_shows_each_trials_phases_between_trial_lines(tmp_path: Path, llam
         thread.join()
     assert any(s.startswith("load: 2 concurrent clients") for s in seen), seen
     assert any(s.startswith("recall: rung") for s in seen) and seen[-1] == "stopping the server", seen
+
+
+def test_on_a_terminal_the_phase_line_stays_within_its_width_and_is_erased_before_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rewritten in place means within the terminal: padded to 200 columns, each rewrite wrapped in
+    a 100-column tmux pane and left one more copy of the line on the screen (issue 40)."""
+    from tuner.cli._run import PhaseLine
+    from tuner.partitions import Partition
+
+    monkeypatch.setenv("COLUMNS", "100")
+    running = []
+    for n in range(4):  # four trials at once: a line far wider than the terminal
+        (tmp_path / str(n)).mkdir()
+        with progress.bind(tmp_path / str(n)):
+            progress.report("load: 4 concurrent clients, window 4-8s")
+        running.append((n, Partition(n, "cpu", (n,), 31000 + 10 * n), tmp_path / str(n)))
+    phase = PhaseLine(())
+    phase.tty = True
+    printed: list[str] = []
+    say = phase.before(printed.append)
+    phase(running)
+    first = capsys.readouterr().err
+    assert first.startswith("\r") and first.endswith("\x1b[K"), repr(first)
+    assert "trial 0 [cpu 0]: load: 4 concurrent clients" in first and len(first) - len("\r\x1b[K") == 99
+    say("[1/8] trial 0 COMPLETE")
+    assert capsys.readouterr().err == "\r\x1b[K" and printed == ["[1/8] trial 0 COMPLETE"]  # erased, then printed
+    say("reference run 1")
+    assert capsys.readouterr().err == "" and printed[-1] == "reference run 1"  # nothing shown: nothing to erase

@@ -5,20 +5,24 @@ prints them."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import optuna
 import typer
 
 from tuner import engines
 from tuner.app.run import RunEvents, configure, plan_lines, run_study
-from tuner.cli._common import echo, progress_bar, set_verbosity
+from tuner.cli._common import echo, progress_bar, set_verbosity, terminal_width
 from tuner.cli._status import print_table
 from tuner.driver import TrialReport
 from tuner.partitions import Partition
 from tuner.progress import describe
 from tuner.table import format_param
 from tuner.units import format_duration
+
+T = TypeVar("T")
 
 
 def run(
@@ -59,7 +63,8 @@ def run(
             echo(line)
         return
     phases = engines.get(config.space.engine).startup_phases
-    events = RunEvents(say=echo, progress=progress_bar, on_trial=_report, on_tick=PhaseLine(phases))
+    phase = PhaseLine(phases)
+    events = RunEvents(say=phase.before(echo), progress=progress_bar, on_trial=phase.before(_report), on_tick=phase)
     result = run_study(config, events)
     summary, root, store = result.summary, result.run_dir.root, result.run_dir.artifacts
     echo(f"\nstopped: {summary.stop_reason}; {summary.launched} launched in {format_duration(summary.wall_s)}")
@@ -74,12 +79,15 @@ def run(
 
 class PhaseLine:
     """What each running trial is doing, between the trial lines: rewritten in place on a
-    terminal (stderr), printed once per change of phase when piped."""
+    terminal (stderr), printed once per change of phase when piped. In place means within the
+    terminal's width: a line padded past it wraps, and each rewrite left one more copy on the
+    screen (a 100-column tmux pane filled with them, issue 40)."""
 
     def __init__(self, startup_phases: tuple[tuple[str, str], ...]) -> None:
         self.startup_phases = startup_phases
         self.last = ""
         self.tty = sys.stderr.isatty()
+        self.shown = False
 
     def __call__(self, running: list[tuple[int, Partition, Path]]) -> None:
         parts = [
@@ -87,13 +95,30 @@ class PhaseLine:
         ]
         if self.tty:
             line = " | ".join(f"{who}: {what}" for who, what in parts)
-            sys.stderr.write("\r" + line[:200].ljust(200) + "\r")
+            sys.stderr.write("\r" + line[: terminal_width() - 1] + "\x1b[K")  # erase the rest of the line
             sys.stderr.flush()
+            self.shown = True
             return
         changed = " | ".join(f"{who}: {what.rsplit(' (for', 1)[0]}" for who, what in parts)
         if changed != self.last:
             self.last = changed
             echo(f"    ... {changed}")
+
+    def clear(self) -> None:
+        """Erase the phase line on the terminal, so that the next line printed starts clean."""
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+    def before(self, show: Callable[[T], None]) -> Callable[[T], None]:
+        """``show`` with the phase line erased first."""
+
+        def shown(item: T) -> None:
+            self.clear()
+            show(item)
+
+        return shown
 
 
 def _report(r: TrialReport) -> None:
