@@ -16,6 +16,8 @@ echo "installed after $(($(date +%s) - start))s"
 .venv/bin/tune run
 rc=$?
 echo "end $(date -u +%FT%TZ) rc $rc after $(($(date +%s) - start))s"
+built=$(stat -c %Y "$TUNER_CACHE"/llamacpp/*/llama-server 2>/dev/null || echo "$start")
+echo "llama-server built $((built - start))s after the start"
 [ -n "${1:-}" ] && cp runs/cpu-llamacpp/trials.csv "$1"
 rm -rf "$TUNER_CACHE"
 exit $rc
