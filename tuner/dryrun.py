@@ -98,7 +98,8 @@ def estimate_line(space: SearchSpace, *, budget: int, timeout: float | None, max
 def expected_line(space: SearchSpace, *, budget: int, max_parallel: int, installed: bool) -> str:
     """The expected total: every trial and every fresh-server re-measurement the space plans at
     the longest a trial's levels take, plus the engine's install where it is missing. On the
-    embedded default (2026-12-03) this said 31m56s for a run that took 28.7 min."""
+    embedded default (2026-12-03) this said 17m06s for four fresh-clone runs of 14.7-16.5 min
+    (docs/data/readme-run/): it leaves the recall ladder out and takes every level at its longest."""
     most = _trial_seconds(space)[2]
     again = _remeasure_launches(space, budget)
     install = 0.0 if installed else engines.get(space.engine).typical_install_s
