@@ -5,13 +5,20 @@
 #   .gpu/v0 .gpu/v1 .gpu/v2   vLLM 0.26 bundle parts (+ SHA256SUMS, model kit, installer in v0) -> /tmp/ge
 #   .gpu/deps/d0 d1 d2        the tuner's own dependencies (cp312 wheels), ~31 MiB each          -> /tmp/gd0, /tmp/gd1, /tmp/gd2
 #   .gpu/mg/0..4              SmolLM2's GGUF in five pieces (scripts/gguf-parts.sh)                 -> /tmp/mg0..4
-# usage: bash scripts/gpu-parts.sh [SHARED=../shared]   (about 5 minutes on 2 cores; needs PyPI)
+#   ENGINE=sglang: .gpu/sg/p0..p4 instead of .gpu/v*: the SGLang 0.5.17 bundle (scripts/build-sglang-parts.sh) -> /tmp/sg
+# usage: [ENGINE=vllm|sglang] bash scripts/gpu-parts.sh [SHARED=../shared]   (about 5 minutes on 2 cores; SGLang's JIT
+# kernels 4 more; needs PyPI)
 set -euo pipefail
 shared=${1:-../shared}
-rm -rf .gpu/v .gpu/v0 .gpu/v1 .gpu/v2 .gpu/deps
-bash "$shared/gpu/build-vllm-bundle.sh" .gpu/v
-for p in 0 1 2; do mkdir -p ".gpu/v$p" && mv ".gpu/v/vllm026.tar.xz.part$p" ".gpu/v$p/"; done
-mv .gpu/v/* .gpu/v0/ && rmdir .gpu/v
+if [ "${ENGINE:-vllm}" = sglang ]; then
+  bash scripts/build-sglang-parts.sh "$shared/gpu"
+else
+  rm -rf .gpu/v .gpu/v0 .gpu/v1 .gpu/v2
+  bash "$shared/gpu/build-vllm-bundle.sh" .gpu/v
+  for p in 0 1 2; do mkdir -p ".gpu/v$p" && mv ".gpu/v/vllm026.tar.xz.part$p" ".gpu/v$p/"; done
+  mv .gpu/v/* .gpu/v0/ && rmdir .gpu/v
+fi
+rm -rf .gpu/deps
 bash "$shared/gpu/deps/build-deps.sh" .gpu/deps
 # its 60 MiB parts plus the ~11 MiB working tree exceed one call's 64 MiB: three parts instead
 work=$(mktemp -d); cat .gpu/deps/d*/tunerdeps.tar.xz.part* > "$work/tunerdeps.tar.xz"

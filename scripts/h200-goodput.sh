@@ -8,15 +8,18 @@
 #   STUDY=h200-vllm-goodput-rate PHASE=tune|bench  # the open-loop answer (search_spaces/h200-vllm-goodput-rate.yaml),
 #                                              # benched with --request-rate R and 1.25 R, SECONDS_PER_RUN (60) s each,
 #                                              # split over SPLIT (4) vllm bench processes at R/SPLIT each, merged
-#   PHASE=confirm CONFIRM=7m                   # the pick at its SLO answer for CONFIRM on a fresh server (tune validate --confirm)
+#   PHASE=confirm CONFIRM=7m STEPS=3           # the pick at its SLO answer for CONFIRM on a fresh server (tune validate --confirm),
+#                                              # stepping down 10 % (at most STEPS times) where it breaks
+#   STUDY=h200-sglang-goodput-rate ...         # SGLang (issue 45): a study named *sglang* installs the SGLang parts (/tmp/sg)
 #   DB=path/study.db                           # any phase: start from this committed study when runs/ has none
 #                                              # (default docs/data/goodput/$STUDY.db)
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"; study=${STUDY:-h200-vllm-goodput}
+engine=vllm; case "$study" in *sglang*) engine=sglang ;; esac
 exec > >(tee -a "$out/$study-${PHASE:-tune}.log") 2>&1
 t0=$(date +%s)
-source scripts/h200-install.sh vllm || exit 1
+source scripts/h200-install.sh "$engine" || exit 1
 source scripts/h200-smollm2.sh || exit 1
 echo "ready after $(( $(date +%s) - t0 ))s"
 db=${DB:-docs/data/goodput/$study.db}   # a committed study to go on from, where runs/ has none
@@ -36,7 +39,7 @@ PY
 )" || true
 elif [ "$PHASE" = confirm ]; then
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
-    python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}"
+    python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}" --steps "${STEPS:-3}"
   echo "confirm exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner status --study "$study" > "$out/$study-status.txt" 2>&1
   python3 -m tuner export --study "$study" --format json > "$out/$study-export.json" 2> "$out/$study-export.err"
@@ -47,4 +50,4 @@ else
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
 fi
 tar czf "$out/runs-$study.tgz" --exclude=servers -C runs "$study"
-nvidia-smi --query-gpu=index,memory.used --format=csv; ps -eo pid,pgid,cmd | grep -E "vllm|EngineCore" | grep -v grep || echo "no engine process left"
+nvidia-smi --query-gpu=index,memory.used --format=csv; ps -eo pid,pgid,cmd | grep -E "vllm|EngineCore|sglang" | grep -v grep || echo "no engine process left"

@@ -17,7 +17,7 @@ import yaml
 
 from tests.conftest import tiny_space
 from tuner.ledger import Ledger
-from tuner.probes.confirm import drift, verdict
+from tuner.probes.confirm import drift, loads, run_verdict, verdict
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.1)
@@ -29,13 +29,18 @@ def _summary(slices: list[dict[str, Any]], **whole: Any) -> dict[str, Any]:
     return {**figures, "window_s": 10.0 * len(slices), "window_at": [0.0, 10.0 * len(slices)], **whole, "slices": parts}
 
 
+def _one(spec: ConfirmProbeSpec, summary: dict[str, Any]) -> Any:
+    """One run at the spec's answer, as the probe's result."""
+    return verdict(spec, [run_verdict(spec, float(spec.concurrency or spec.rate or 0), summary)])
+
+
 def test_one_slice_over_the_slo_means_it_did_not_hold_throughout() -> None:
     spec = ConfirmProbeSpec(concurrency=8, duration=30, slice=10, targets=TARGETS)
     good = {"output_tok_s": 100.0, "ttft_p99": 0.4, "itl_p99": 0.05, "error_rate": 0.0}
-    held = verdict(spec, _summary([good, good, good]))
+    held = _one(spec, _summary([good, good, good]))
     assert held.metrics["held"] == 1.0 and held.metrics["slices"] == 3 and held.metrics["slices_broken"] == 0
     spike = {**good, "ttft_p99": 1.6}
-    broke = verdict(spec, _summary([good, spike, good]))  # the whole run's p99 still passes
+    broke = _one(spec, _summary([good, spike, good]))  # the whole run's p99 still passes
     assert broke.metrics["held"] == 0.0 and broke.metrics["slices_broken"] == 1
     assert broke.details["broke"] == [] and broke.details["slices"][1]["broke"] == ["ttft_p99 1.6 > 1"]
     assert broke.details["slices"][1]["from_s"] == 10.0
@@ -44,11 +49,31 @@ def test_one_slice_over_the_slo_means_it_did_not_hold_throughout() -> None:
 def test_an_open_loop_run_its_senders_could_not_deliver_confirms_nothing() -> None:
     spec = ConfirmProbeSpec(rate=50.0, duration=20, slice=10, targets=TARGETS)
     good = {"output_tok_s": 100.0, "ttft_p99": 0.4, "itl_p99": 0.05, "error_rate": 0.0, "client_bound": False}
-    short = verdict(spec, _summary([good, {**good, "client_bound": True}], client_bound=True, achieved_over_offered=0.9))
+    short = _one(spec, _summary([good, {**good, "client_bound": True}], client_bound=True, achieved_over_offered=0.9))
     assert short.metrics["held"] == 0.0 and short.metrics["achieved_over_offered"] == 0.9
     assert short.details["broke"][0].startswith("client-bound: the senders released 90.0%")
     late = {**good, "client_late": True, "send_lag_p99": 0.08}  # offered, late, and within the SLO anyway: a hold
-    assert verdict(spec, _summary([late, late], client_late=True, send_lag_p99=0.08)).metrics["held"] == 1.0
+    assert _one(spec, _summary([late, late], client_late=True, send_lag_p99=0.08)).metrics["held"] == 1.0
+
+
+def test_a_run_that_breaks_steps_the_load_down_until_one_holds_and_that_is_the_confirmed_answer() -> None:
+    """Each step is 10 % less (a closed loop one client less at least, never under one), at most
+    ``steps``; a run that ended early (a slice broke) never holds; the result keeps every run, says
+    the answer itself did not hold and that the step below did."""
+    assert loads(ConfirmProbeSpec(rate=100.0, steps=3, targets=TARGETS)) == pytest.approx([100.0, 90.0, 81.0, 72.9])
+    assert loads(ConfirmProbeSpec(concurrency=5, steps=3, targets=TARGETS)) == [5, 4, 3, 2]
+    assert loads(ConfirmProbeSpec(concurrency=2, steps=3, targets=TARGETS)) == [2, 1]
+    spec = ConfirmProbeSpec(rate=100.0, duration=30, slice=10, targets=TARGETS)
+    good = {"output_tok_s": 100.0, "ttft_p99": 0.4, "itl_p99": 0.05, "error_rate": 0.0}
+    early = _summary([{**good, "ttft_p99": 3.0}], ttft_p99=3.0)  # stopped after its first slice broke
+    runs = [run_verdict(spec, 100.0, early), run_verdict(spec, 90.0, _summary([good, good, good], output_tok_s=90.0))]
+    assert runs[0]["ended_early"] and not runs[0]["held"] and runs[1]["held"]
+    result = verdict(spec, runs)
+    assert result.metrics["held"] == 0.0 and result.metrics["confirmed"] == 90.0 and result.metrics["steps"] == 1
+    assert result.metrics["goodput"] == 90.0  # the run that held: the answer now
+    assert result.details["confirmed"] == {"rate": 90.0} and [r["at"] for r in result.details["runs"]] == [100.0, 90.0]
+    none = verdict(spec, runs[:1])
+    assert none.metrics["confirmed"] == 0.0 and none.details["confirmed"] is None
 
 
 def test_drift_is_the_trend_across_the_run() -> None:
@@ -177,8 +202,8 @@ def test_the_h200_confirmation_replays_as_held_under_the_client_rule() -> None:
     slices = [{**judged(s), "window_at": [start + s["from_s"], start + s["from_s"] + 60.0]} for s in probe["details"]["slices"]]
     assert all(s["client_late"] and not s["client_bound"] for s in slices)  # what the run saw: late, not short
     spec = ConfirmProbeSpec(rate=60.0, duration=420, targets=SloTargets(ttft_p99=1.0, itl_p99=0.05, error_rate=0.0))
-    again = verdict(spec, {**judged(window), "slices": slices})
+    again = _one(spec, {**judged(window), "slices": slices})
     assert again.metrics["held"] == 1.0 and again.metrics["slices"] == 7 and again.details["broke"] == []
     slices[2] = {**slices[2], "ttft_p99": 1.2}
-    broke = verdict(spec, {**judged(window), "slices": slices})
+    broke = _one(spec, {**judged(window), "slices": slices})
     assert broke.metrics["held"] == 0.0 and "ms late at p99" in broke.details["slices"][2]["broke"][-1]

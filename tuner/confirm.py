@@ -7,6 +7,12 @@ as every other run (GPU hygiene, a time limit, a stop that ends it). What it fou
 (:class:`Confirmation`: held throughout or not, p99s per minute, drift, the goodput with its CI
 beside the short probe's) is stored with the trial (``confirmed.<n>``); status, pareto, report
 and export mark a confirmed pick, and export says when it exports one that is not.
+
+A run that does not hold steps the load down (10 % a step) until one holds for the whole length,
+within ``steps`` and the time left (:mod:`tuner.probes.confirm`): the load that held is the
+confirmed answer, stored beside the search's, and the study's reader shows the trial at it
+(:func:`tuner.trials.read_study`); an answer that did not hold and found none below stays the
+search's, marked, and export refuses it unless forced.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ __all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm"
 logger = logging.getLogger(__name__)
 
 DEFAULT_SECONDS = 600.0  # MLPerf LoadGen's minimum run length
+STEPS = 3  # a confirmation that does not hold steps down at most this often (10 % each)
 MARGIN_S = 120.0  # beyond the start and the run: prompts, warm-up, the stop
 SLICE_S = 60.0  # the SLO is checked per minute of the run
 
@@ -56,6 +63,15 @@ class Confirmation:
     slices: tuple[Mapping[str, Any], ...] = ()
     failure: str | None = None
     at: float = field(default_factory=time.time)
+    runs: tuple[Mapping[str, Any], ...] = ()  # every run: the answer's, then each step down
+    confirmed_answer: Mapping[str, float] | None = None  # the load that held throughout (None: none did)
+    confirmed_goodput: float | None = None
+    confirmed_ci: float | None = None
+
+    @property
+    def corrected(self) -> bool:
+        """A step below the search's answer held, and is the answer now."""
+        return self.confirmed_answer is not None and dict(self.confirmed_answer) != dict(self.answer)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +87,10 @@ class Confirmation:
             "slices": [dict(s) for s in self.slices],
             "failure": self.failure,
             "at": self.at,
+            "runs": [dict(r) for r in self.runs],
+            "confirmed_answer": dict(self.confirmed_answer) if self.confirmed_answer is not None else None,
+            "confirmed_goodput": self.confirmed_goodput,
+            "confirmed_ci": self.confirmed_ci,
         }
 
 
@@ -86,9 +106,12 @@ def answer_of(space: SearchSpace, trial: TrialRecord) -> dict[str, float]:
     return {key: float(value)}
 
 
-def confirmation_space(space: SearchSpace, answer: Mapping[str, float], seconds: float) -> SearchSpace:
+def confirmation_space(
+    space: SearchSpace, answer: Mapping[str, float], seconds: float, *, steps: int = STEPS, budget: float | None = None
+) -> SearchSpace:
     """``space`` with one probe: the long run at ``answer``, with the space's load workload and SLO,
-    checked per minute (per third of a run shorter than three minutes)."""
+    checked per minute (per third of a run shorter than three minutes), stepping down at most
+    ``steps`` times within ``budget`` seconds where it does not hold."""
     slo, load = space.probes.slo, space.probes.load
     assert slo is not None
     spec = ConfirmProbeSpec(
@@ -98,6 +121,8 @@ def confirmation_space(space: SearchSpace, answer: Mapping[str, float], seconds:
         slice=min(SLICE_S, seconds / 3),  # a minute; a short run still gets three slices
         load=load if load is not None else LoadProbeSpec(),
         targets=slo.targets,
+        steps=steps,
+        budget=budget,
     )
     return space.model_copy(update={"probes": ProbesSpec(load=None, confirm=spec)})
 
@@ -111,11 +136,15 @@ def confirm(
     *,
     seconds: float = DEFAULT_SECONDS,
     ledger: Ledger | None = None,
+    steps: int = STEPS,
+    budget: float | None = None,
 ) -> Confirmation:
-    """Run ``chosen`` (a pick) at its SLO answer on a fresh server for ``seconds``; store and return it."""
+    """Run ``chosen`` (a pick) at its SLO answer on a fresh server for ``seconds``, stepping down
+    where it does not hold (at most ``steps`` runs more, all of them within ``budget`` seconds
+    of running); store and return it."""
     answer = answer_of(space, chosen.trial)
-    derived = confirmation_space(space, answer, seconds)
-    limit = seconds + space.server.startup_timeout + MARGIN_S
+    derived = confirmation_space(space, answer, seconds, steps=steps, budget=budget)
+    limit = (budget or seconds * (steps + 1)) + space.server.startup_timeout + MARGIN_S
     scheduler = Scheduler(derived, runner, ledger or Ledger(run_dir.root / "servers"), time_limit=limit)
     folder = run_dir.root / "confirm"
     where = folder / f"trial{chosen.number}-{len(list(folder.glob(f'trial{chosen.number}-*')))}"
@@ -150,16 +179,22 @@ def _confirmation(trial: TrialRecord, answer: Mapping[str, float], seconds: floa
     probe = next((p for p in result.probes if p.probe == "confirm"), None)
     if probe is None:
         return Confirmation(trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure="no confirm result")
-    m = probe.metrics
+    m, runs = probe.metrics, tuple(probe.details.get("runs") or ())
+    first = runs[0] if runs else {}
+    kept = probe.details.get("confirmed")
     return Confirmation(
         trial.number,
         answer,
         float(probe.details.get("seconds") or seconds),
         bool(m.get("held")),
-        float(m.get("goodput", 0.0)),
-        m.get("goodput_ci"),
+        float(first.get("goodput", m.get("goodput", 0.0))),
+        first.get("goodput_ci", m.get("goodput_ci")),
         *short,
-        float(m.get("drift", 0.0)),
+        float(first.get("drift", m.get("drift", 0.0))),
         tuple(probe.details.get("broke") or ()),
         tuple(probe.details.get("slices") or ()),
+        runs=runs,
+        confirmed_answer=dict(kept) if kept else None,
+        confirmed_goodput=float(m["goodput"]) if kept else None,
+        confirmed_ci=m.get("goodput_ci") if kept else None,
     )

@@ -5,12 +5,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["describe", "describe_answer"]
+__all__ = ["corrected", "describe", "describe_answer", "uncorrected_failure"]
 
 
 def describe_answer(answer: Mapping[str, float]) -> str:
     """An SLO answer, {"concurrency": N} or {"rate": R}: "N clients" or "R requests/s"."""
     return f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer.get('rate', 0):g} requests/s"
+
+
+def corrected(found: Mapping[str, Any] | None) -> Mapping[str, float] | None:
+    """The load a stored confirmation found to hold below the search's answer (None: the answer
+    held, or no step below it did, or it predates steps)."""
+    if not found or not found.get("confirmed_answer"):
+        return None
+    kept = found["confirmed_answer"]
+    return None if dict(kept) == dict(found.get("answer") or {}) else kept
+
+
+def uncorrected_failure(found: Mapping[str, Any] | None) -> bool:
+    """A confirmation that did not hold at the search's answer and found no load below that held."""
+    return found is not None and bool(found) and not found.get("held") and not found.get("confirmed_answer")
 
 
 def describe(found: Mapping[str, Any], number: int) -> list[str]:
@@ -35,4 +49,15 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
         lines.append(f"  from {part.get('from_s', 0.0):,.0f} s: {part.get('output_tok_s') or 0:,.1f} tok/s, {p99}{broke}")
     if found.get("broke"):
         lines.append(f"  the whole run broke: {'; '.join(found['broke'])}")
+    for run in (found.get("runs") or [])[1:]:
+        step = describe_answer({next(iter(found.get("answer") or {"rate": 0})): run.get("at", 0.0)})
+        why = "; ".join(run.get("broke") or []) or "a slice broke"
+        verdict = "held throughout" if run.get("held") else f"did NOT hold ({why})"
+        ci = f" +- {run['goodput_ci']:,.1f}" if run.get("goodput_ci") is not None else ""
+        minutes = (run.get("seconds") or 0) / 60
+        lines.append(f"  step down to {step}: {minutes:.1f} min, {verdict}; goodput {run.get('goodput', 0.0):,.1f}{ci}")
+    if (kept := corrected(found)) is not None:
+        lines.append(f"  the answer is now {describe_answer(kept)}, the load that held throughout (the search said {at})")
+    elif uncorrected_failure(found) and found.get("runs"):
+        lines.append(f"  no load held throughout within the steps and the time left: the search's {at} is no answer to size on")
     return lines

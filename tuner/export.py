@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from tuner import engines
+from tuner.confirmed import corrected, describe_answer
 from tuner.engines import Command
 from tuner.limits import Limits, default_contexts, for_trial
 from tuner.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, LOAD_ERROR_RATE, LOAD_TTFT_P99
@@ -153,6 +154,11 @@ class Export:
             ]
         if found.get("failure"):
             return [f"trial {n}'s confirmation run gave no result: {found['failure']}"]
+        if not found.get("held") and (kept := corrected(found)) is not None:
+            return [
+                f"trial {n}'s SLO answer is the load its confirmation found to hold ({describe_answer(kept)}), "
+                f"below the search's {describe_answer(found.get('answer') or {})}, which did not hold"
+            ]
         if not found.get("held"):
             return [f"trial {n} did NOT hold the SLO throughout its {found.get('seconds', 0) / 60:.0f}-minute confirmation run"]
         return []

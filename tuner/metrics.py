@@ -23,6 +23,7 @@ SLO_CONCURRENCY = "slo.concurrency"
 SLO_CONCURRENCY_VIOLATED = "slo.concurrency_violated"
 SLO_GOODPUT = "slo.goodput"
 SLO_GOODPUT_CI = "slo.goodput_ci"
+SLO_HELD_S = "slo.held_s"
 SLO_LEVELS = "slo.levels"
 SLO_RATE = "slo.rate"
 SLO_RATE_CLIENT_BOUND = "slo.rate_client_bound"
@@ -47,6 +48,7 @@ __all__ = [
     "SLO_CONCURRENCY_VIOLATED",
     "SLO_GOODPUT",
     "SLO_GOODPUT_CI",
+    "SLO_HELD_S",
     "SLO_LEVELS",
     "SLO_RATE",
     "SLO_RATE_CLIENT_BOUND",

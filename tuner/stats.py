@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BatchMeans", "batch_means", "count_in", "percentiles", "t975"]
+__all__ = ["BatchMeans", "Trend", "batch_means", "count_in", "percentiles", "t975", "trend"]
 
 # Two-sided 95 % Student-t quantiles for 1..30 degrees of freedom (then the normal's 1.96 plus
 # the first term of the Cornish-Fisher expansion).
@@ -120,6 +120,52 @@ def batch_means(streams: Sequence[tuple[Sequence[float], float]], start: float, 
         for i in range(batches):
             counts[i] += weight * count_in(stamps, edges[i], edges[i + 1])
     return BatchMeans(tuple(c / width for c in counts), end - start)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """The least-squares slope of a quantity over a window, per second, from its batch means,
+    with the 95 % half-width of that slope (Student-t, ``batches`` - 2 degrees of freedom)."""
+
+    slope: float
+    half_width: float
+    batches: int
+    seconds: float
+
+    @property
+    def low(self) -> float:
+        return self.slope - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.slope + self.half_width
+
+
+def trend(value_at: Callable[[float], float], start: float, end: float, batches: int, points: int = 50) -> Trend | None:
+    """The trend of a step function ``value_at(t)`` over ``[start, end)`` (None: under 3 batches or
+    an empty window). Each of ``batches`` equal sub-windows gives the function's mean (``points``
+    samples); the slope is the least-squares line through those means at the sub-windows' middles.
+
+    Batch means of a stationary quantity are nearly independent when each sub-window is longer
+    than the quantity's correlation time (for requests in a system: a request's lifetime), and so
+    are the line's residuals: its standard error is then right (checked against simulated
+    queues in tests/test_stats.py). For a quantity that wanders as a random walk (a queue at or past
+    saturation) the residuals are correlated and the interval is too narrow; a caller that must
+    not call such a quantity flat judges on the slope itself once the window is long."""
+    if end <= start or batches < 3:
+        return None
+    width = (end - start) / batches
+    mids, means = [], []
+    for i in range(batches):
+        a = start + i * width
+        means.append(sum(value_at(a + width * (j + 0.5) / points) for j in range(points)) / points)
+        mids.append(a + width / 2)
+    x_mean, y_mean = statistics.fmean(mids), statistics.fmean(means)
+    sxx = sum((x - x_mean) ** 2 for x in mids)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(mids, means, strict=True)) / sxx
+    rss = sum((y - y_mean - slope * (x - x_mean)) ** 2 for x, y in zip(mids, means, strict=True))
+    se = math.sqrt(rss / (batches - 2) / sxx)
+    return Trend(slope, t975(batches - 2) * se, batches, end - start)
 
 
 def percentiles(values: Sequence[float], pcts: Iterable[int]) -> dict[int, float | None]:

@@ -123,6 +123,7 @@ def serve(
             adapter.prefix_cache_metrics,
             adapter.context_slack,
             adapter.cached_tokens_field,
+            adapter.in_flight_source,
         )
         progress.report(f"ready after {startup_s:.0f}s")
         yield Served(handle, server, command, startup_s, started_at)

@@ -136,6 +136,22 @@ def _cross_check(space: SearchSpace, source: str) -> SearchSpace:
     return space
 
 
+HOLD_S = {"gpu": 60.0, "cpu": 0.0}  # the answer's hold level by hardware kind (probes.slo.hold unset)
+HORIZON_S = 600.0  # how long an answer must hold where the space confirms none (MLPerf LoadGen's minimum run)
+
+
+def _hold_defaults(space: SearchSpace, spec: Any) -> dict[str, float]:
+    """probes.slo's hold, hold_max and horizon where the space leaves them out: a GPU space holds
+    its answer 60 s (up to 3 x that while undecided), a CPU space does not (the embedded default
+    stays fast); the horizon is the space's confirmation length, else 10 minutes."""
+    hold = spec.hold if spec.hold is not None else HOLD_S[space.hardware.kind]
+    return {
+        "hold": hold,
+        "hold_max": spec.hold_max if spec.hold_max is not None else 3 * hold,
+        "horizon": spec.horizon or space.remeasure.confirm or HORIZON_S,
+    }
+
+
 def _slo_targets(space: SearchSpace, objective: objectives.ObjectiveSet, source: str) -> SearchSpace:
     """The SLO is written once, in the objective set: the space's SLO and confirmation probes get
     their targets here (and keep them in the study's stored space); a space that states other
@@ -153,7 +169,7 @@ def _slo_targets(space: SearchSpace, objective: objectives.ObjectiveSet, source:
             raise SpaceError(
                 source, f"probes.{key}.targets", f"differ from objective set {objective.name!r}'s slo: write the SLO once, there"
             )
-        update[key] = spec.model_copy(update={"targets": objective.slo})
+        update[key] = spec.model_copy(update={"targets": objective.slo, **(_hold_defaults(space, spec) if key == "slo" else {})})
     if not update:
         return space
     return space.model_copy(update={"probes": space.probes.model_copy(update=update)})

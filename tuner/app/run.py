@@ -326,7 +326,8 @@ def _confirm(
         return
     at = describe_answer(answer)
     say(f"\nconfirm: the pick (trial {chosen.number}) at {at} for {format_duration(seconds)} on a fresh server")
-    found = confirm(study, space, run_dir, runner, chosen, seconds=seconds, ledger=ledger)
+    budget = None if left is None else left - space.server.startup_timeout - MARGIN_S  # the steps down, if it breaks
+    found = confirm(study, space, run_dir, runner, chosen, seconds=seconds, ledger=ledger, budget=budget)
     for line in describe_confirmation(found.to_dict(), found.trial):
         say(f"  {line}")
 

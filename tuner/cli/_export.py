@@ -8,6 +8,7 @@ import typer
 
 from tuner.app.read import open_existing, read_record, run_dir_of, stored_space
 from tuner.cli._common import echo
+from tuner.confirmed import uncorrected_failure
 from tuner.exceptions import ConfigError
 from tuner.export import FORMATS, build_export
 from tuner.pick import pick
@@ -22,12 +23,18 @@ def export(
     fmt: str = typer.Option("cmd", "--format", "-f", help="cmd | yaml | systemd | json"),
     port: int = typer.Option(8000, "--port", help="port the exported server listens on"),
     out: Path = typer.Option(None, "--out", "-o", help="write here instead of standard output"),
+    force: bool = typer.Option(False, "--force", help="export a pick whose SLO answer broke its confirmation, uncorrected"),
 ) -> None:
     """Export the chosen trial's serve config, rendered by the same adapter `tune run` used."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
     record = read_record(study, storage)
     chosen = pick(record, choose, min_context=min_context)
+    if uncorrected_failure(chosen.trial.confirmed) and not force:
+        raise ConfigError(
+            f"trial {chosen.number}'s SLO answer did not hold its confirmation run and no load below it held: "
+            f"`tune validate --study {study} --confirm` steps it down, or --force exports it anyway"
+        )
     result = build_export(record, stored_space(record), chosen, port=port, run_dir=run_dir_of(study, storage))
     for warning in result.warnings():
         typer.echo(f"warning: {warning}", err=True)

@@ -10,6 +10,7 @@ import typer
 
 from tuner.app.read import read_record
 from tuner.cli._common import echo, echo_wide, terminal_width
+from tuner.confirmed import corrected
 from tuner.confirmed import describe as describe_confirmation
 from tuner.gain import gains
 from tuner.lock import stale_running
@@ -18,6 +19,7 @@ from tuner.metrics import (
     SLO_COMPLETION_RATE,
     SLO_CONCURRENCY,
     SLO_CONCURRENCY_VIOLATED,
+    SLO_HELD_S,
     SLO_RATE,
     SLO_RATE_CLIENT_BOUND,
     SLO_RATE_VIOLATED,
@@ -82,13 +84,16 @@ def print_best(study: StudyRecord) -> None:
     if (load := slo_load(chosen.trial.metrics)) is not None:
         echo(f"  {load}")
         found = chosen.trial.confirmed
-        echo(
-            f"  {describe_confirmation(found, chosen.number)[0]}"
-            if found
-            else "  not confirmed by a long run (tune validate --confirm)"
-        )
+        said = describe_confirmation(found, chosen.number) if found else ["not confirmed by a long run (tune validate --confirm)"]
+        echo(f"  {said[0]}")
+        if corrected(found) is not None:
+            echo(f"  {said[-1].strip()}")
     for line in gain_lines(study):
         echo(line)
+
+
+def _held(metrics: Mapping[str, float]) -> str:
+    return f"; held {metrics[SLO_HELD_S]:.0f} s" if SLO_HELD_S in metrics else ""
 
 
 def slo_load(metrics: Mapping[str, float]) -> str | None:
@@ -104,7 +109,7 @@ def slo_load(metrics: Mapping[str, float]) -> str | None:
         if SLO_ACHIEVED_OVER_OFFERED in metrics:
             done = f", {metrics[SLO_COMPLETION_RATE]:.3g}/s completed" if SLO_COMPLETION_RATE in metrics else ""
             sent = f"; {metrics[SLO_ACHIEVED_OVER_OFFERED]:.1%} of the schedule sent{done}"
-        return f"within the SLO: {rate:.3g} requests/s (Poisson arrivals, open loop{sent}){broke}"
+        return f"within the SLO: {rate:.3g} requests/s (Poisson arrivals, open loop{sent}{_held(metrics)}){broke}"
     if SLO_CONCURRENCY not in metrics:
         return None
     n = int(metrics[SLO_CONCURRENCY])
@@ -113,9 +118,7 @@ def slo_load(metrics: Mapping[str, float]) -> str | None:
     broke = f", {metrics[SLO_CONCURRENCY_VIOLATED]:.0f} break it" if SLO_CONCURRENCY_VIOLATED in metrics else ""
     names = [name for name in ("ttft", "itl", "tpot") if f"slo.{name}_p99" in metrics]
     p99 = "/".join(f"{metrics[f'slo.{name}_p99'] * 1000:,.0f}" for name in names)
-    return (
-        f"within the SLO: {n} concurrent client{'s' if n != 1 else ''}{broke}; {'/'.join(n.upper() for n in names)} p99 {p99} ms"
-    )
+    return f"within the SLO: {n} concurrent client{'s' if n != 1 else ''}{broke}; {'/'.join(n.upper() for n in names)} p99 {p99} ms{_held(metrics)}"
 
 
 def gain_lines(study: StudyRecord) -> list[str]:

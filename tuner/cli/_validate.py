@@ -31,6 +31,9 @@ def validate(
     confirm: bool = typer.Option(False, "--confirm", help="run the pick long at its SLO answer on a fresh server instead"),
     seconds: str = typer.Option("10m", "--seconds", help="with --confirm: how long (default 10m, MLPerf's minimum run)"),
     how: str = typer.Option("knee", "--pick", help="with --confirm: which pick (knee, max-throughput, max-context, ...)"),
+    steps: int = typer.Option(
+        3, "--steps", min=0, help="with --confirm: a run that does not hold steps down 10 %, this often at most"
+    ),
 ) -> None:
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
     the_study = open_existing(study, storage)
@@ -38,7 +41,7 @@ def validate(
     with StudyLock(RunDir.for_study(the_study.study_name).root / "run.lock", the_study.study_name) as lock:
         lock.lease(the_study)
         if confirm:
-            found = run_confirmation(the_study, stored_space(the_study), seconds=_seconds(seconds), how=how)
+            found = run_confirmation(the_study, stored_space(the_study), seconds=_seconds(seconds), how=how, steps=steps)
             for line in describe_confirmation(found.to_dict(), found.trial):
                 echo(line)
             return
@@ -80,9 +83,10 @@ def _seconds(text: str) -> float:
         raise ConfigError(f"--seconds: {exc}") from None
 
 
-def run_confirmation(study: optuna.Study, space: SearchSpace, *, seconds: float, how: str) -> Confirmation:
-    """The pick at its SLO answer for ``seconds`` on a fresh server, run here (inline)."""
+def run_confirmation(study: optuna.Study, space: SearchSpace, *, seconds: float, how: str, steps: int = 3) -> Confirmation:
+    """The pick at its SLO answer for ``seconds`` on a fresh server, run here (inline), stepping
+    down at most ``steps`` times where it does not hold."""
     chosen = pick(study, how)
     answer = answer_of(space, chosen.trial)
     echo(f"confirm: trial {chosen.number} at {describe_answer(answer)} for {format_duration(seconds)} on a fresh server")
-    return confirm_pick(study, space, RunDir.for_study(study.study_name), InlineExecutor(), chosen, seconds=seconds)
+    return confirm_pick(study, space, RunDir.for_study(study.study_name), InlineExecutor(), chosen, seconds=seconds, steps=steps)

@@ -138,6 +138,10 @@ class EngineAdapter(ABC):
     # (event key, field) where a streamed event counts prompt tokens reused from the cache in the
     # engine's own words, beyond OpenAI's usage.prompt_tokens_details.cached_tokens; None: it does not
     cached_tokens_field: ClassVar[tuple[str, str] | None] = None
+    # where the engine says how many requests it has in flight (running and queued), so a load level
+    # starts on a drained server: ("/metrics", gauge names summed) or ("/slots", (flag,)) counted
+    # over the slots that have it true; None: it does not say (the drain times a 1-token request)
+    in_flight_source: ClassVar[tuple[str, tuple[str, ...]] | None] = None
     # tokens of the reported per-request context a request may not use (SGLang refuses a request
     # whose prompt + output *reaches* context_len: tokenizer_manager's ``>=``)
     context_slack: ClassVar[int] = 0

@@ -112,6 +112,7 @@ MEMORY = MemoryModel(
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     cached_tokens_field = ("timings", "cache_n")  # prompt tokens reused from the slot's cache
+    in_flight_source = ("/slots", ("is_processing",))  # /slots is on by default (--no-slots turns it off)
     signatures = SIGNATURES
     memory = MEMORY
     typical_start_s = 1.0  # SmolLM2 on 2 cores: 0.3-1 s

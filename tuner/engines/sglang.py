@@ -99,6 +99,7 @@ class SglangAdapter(EngineAdapter):
     listen_flags = ("--host", "--port", "--nccl-port")  # the NCCL port follows the partition's block
     graphs_off_flags = ("disable-cuda-graph",)
     context_slack = 1
+    in_flight_source = ("/metrics", ("sglang:num_running_reqs", "sglang:num_queue_reqs"))  # with --enable-metrics
     startup_phases = (
         (r"Load weight begin", "loading weights"),
         (r"Load weight end", "weights loaded"),

@@ -130,6 +130,7 @@ class VllmAdapter(EngineAdapter):
     }
     graphs_off_flags = ("enforce-eager",)
     prefix_cache_metrics = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")  # usage omits 0 cached tokens
+    in_flight_source = ("/metrics", ("vllm:num_requests_running", "vllm:num_requests_waiting"))
     startup_phases = (
         (r"Initializing a V1 LLM engine", "initializing the engine"),
         (r"Starting to load model|Loading model from|Loading weights", "loading weights"),

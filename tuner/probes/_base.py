@@ -23,6 +23,7 @@ class ServerHandle:
     prefix_cache_metrics: tuple[str, str] | None = None  # the adapter's /metrics counter names
     context_slack: int = 0  # tokens the engine keeps back from the per-request context (SGLang: 1)
     cached_tokens_field: tuple[str, str] | None = None  # the adapter's (event key, field) of cached prompt tokens
+    in_flight_source: tuple[str, tuple[str, ...]] | None = None  # where the engine counts requests in flight
 
     @property
     def headers(self) -> dict[str, str]:

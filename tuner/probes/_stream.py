@@ -21,8 +21,10 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RequestRecord:
     """One request as the client saw it. ``stamps``: arrival time of each streamed content chunk.
-    ``started``: when the request arrived (open loop: its scheduled arrival); ``sent``: when the
-    open loop's sender released it (None in the closed loop, where a request is sent as it starts)."""
+    ``started``: when the request arrived (open loop: its scheduled arrival); ``sent``: when its
+    bytes were written to the connection (httpx's ``trace`` extension: a client whose event loop
+    is saturated writes late, and this says so); ``queued``: seconds it waited at the open loop's
+    in-flight cap before it could be written (the server's queue, held on the client)."""
 
     ok: bool
     started: float
@@ -35,6 +37,7 @@ class RequestRecord:
     error: str | None = None
     cancelled: bool = False
     sent: float | None = None
+    queued: float | None = None
 
     @property
     def chunks(self) -> int:
@@ -73,8 +76,13 @@ async def stream_request(
     request arrived, if it waited on the client before being sent (the wait counts in its TTFT)."""
     rec = rec or RequestRecord(ok=False, started=0.0)
     rec.started = time.perf_counter() if arrived is None else arrived
+
+    async def wrote(event: str, info: dict[str, Any]) -> None:
+        if event.endswith("send_request_body.complete"):
+            rec.sent = time.perf_counter()
+
     try:
-        async with client.stream("POST", url, json=body, headers=headers) as reply:
+        async with client.stream("POST", url, json=body, headers=headers, extensions={"trace": wrote}) as reply:
             if reply.status_code != 200:
                 rec.error = f"HTTP {reply.status_code}: {(await reply.aread()).decode(errors='replace')[:200]}"
                 return _ended(rec)

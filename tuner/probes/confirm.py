@@ -9,6 +9,11 @@ the p99s of every slice (a minute by default) against the SLO, and the drift of 
 the run; the SLO held throughout only if the whole run and every slice hold it (and, open loop,
 the senders delivered every slice's schedule: a client-bound run confirms nothing; sends that ran
 late are in the TTFTs, which count from the schedule, so they can only make a hold harder).
+
+A run that does not hold ends at the first slice that breaks the SLO (nothing after it can make it
+hold), and the load steps down by ``step`` (10 %) after the server has drained, each step a run of
+the same length, until one holds (the confirmed answer), at most ``steps`` times and within
+``budget``. The result keeps every run: the first (the search's answer) and the confirmed one.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
+import time
 from typing import Any
 
 import httpx
@@ -23,11 +29,11 @@ import httpx
 from tuner import progress
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
-from tuner.probes.load import LoadProbe, client_verdict
+from tuner.probes.load import LoadProbe, Window, client_verdict
 from tuner.records import ProbeResult
 from tuner.space.schema import ConfirmProbeSpec
 
-__all__ = ["ConfirmProbe", "drift"]
+__all__ = ["ConfirmProbe", "drift", "loads", "run_verdict", "verdict"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +49,7 @@ class ConfirmProbe(Probe):
     @classmethod
     def metric_names(cls, spec: ConfirmProbeSpec) -> set[str]:
         extra = {"achieved_over_offered"} if spec.rate is not None else set()
-        return {"goodput", "goodput_ci", "held", "drift", "slices", "slices_broken", *AT_RUN, *extra}
+        return {"goodput", "goodput_ci", "held", "confirmed", "steps", "drift", "slices", "slices_broken", *AT_RUN, *extra}
 
     def run(self, server: ServerHandle) -> ProbeResult:
         return asyncio.run(self._run(server))
@@ -58,23 +64,69 @@ class ConfirmProbe(Probe):
         top = (spec.concurrency or 0) + 4
         limits = httpx.Limits(max_connections=top, max_keepalive_connections=top)
         timeout = httpx.Timeout(load.request_timeout, connect=10.0)
-        answer = f"{spec.concurrency} clients" if spec.concurrency else f"{spec.rate:g} requests/s"
-        progress.report(f"confirm: {answer} for {spec.duration:g}s")
+        began = time.monotonic()
+        runs: list[dict[str, Any]] = []
         async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
             prompts = await probe.prompts(client, server)
-            if spec.rate is not None:
-                with Senders() as senders:
-                    summary = await probe.rate_level(senders, server, prompts, spec.rate, seed=1000, slice_s=spec.slice)
-            else:
-                assert spec.concurrency is not None
-                summary = await probe.level(client, server, prompts, spec.concurrency, slice_s=spec.slice)
-        return verdict(spec, summary)
+            with Senders() as senders:
+                for at in loads(spec):
+                    if runs and spec.budget is not None and time.monotonic() - began + spec.duration > spec.budget:
+                        logger.info("confirm: no time left in the budget (%.0fs) for a run at %g", spec.budget, at)
+                        break
+                    progress.report(
+                        f"confirm: {_label(spec, at)} for {spec.duration:g}s" + (f" (step {len(runs)})" if runs else "")
+                    )
+                    settled = await probe.settle(client, server)
+                    window = Window(spec.duration, spec.duration, enough=self._broken_already)
+                    if spec.rate is not None:
+                        summary = await probe.rate_level(
+                            senders, server, prompts, at, seed=1000 + len(runs), slice_s=spec.slice, window=window
+                        )
+                    else:
+                        summary = await probe.level(client, server, prompts, int(at), slice_s=spec.slice, window=window)
+                    runs.append(run_verdict(spec, at, {**summary, **settled}))
+                    if runs[-1]["held"]:
+                        break
+        return verdict(spec, runs)
+
+    def _broken_already(self, figures: dict[str, Any]) -> bool:
+        """A run whose figures so far (a slice at least) break a latency or error target cannot hold
+        throughout: the p99 over a union of slices is at most the worst slice's, so some slice broke."""
+        targets = self.spec.targets
+        assert targets is not None
+        if (figures.get("window_s") or 0.0) < self.spec.slice:
+            return False
+        latency = {k: v for k, v in figures.items() if k != "growth"}
+        broke = targets.violated(latency)
+        return bool(broke) and client_verdict(latency, broke) is None
 
 
-def verdict(spec: ConfirmProbeSpec, summary: dict[str, Any]) -> ProbeResult:
-    """The run's figures against the SLO: the whole window, then each slice."""
+def loads(spec: ConfirmProbeSpec) -> list[float]:
+    """The answer, then each step down: ``step`` less each time (a closed loop at least one client
+    less, never under one), at most ``steps`` of them."""
+    at = float(spec.concurrency) if spec.concurrency is not None else float(spec.rate or 0.0)
+    found = [at]
+    for _ in range(spec.steps):
+        if spec.concurrency is not None:
+            at = float(min(int(at * (1 - spec.step)), int(at) - 1))
+            if at < 1:
+                break
+        else:
+            at = at * (1 - spec.step)
+        found.append(at)
+    return found
+
+
+def _label(spec: ConfirmProbeSpec, at: float) -> str:
+    return f"{at:.0f} clients" if spec.concurrency is not None else f"{at:.3g} requests/s"
+
+
+def run_verdict(spec: ConfirmProbeSpec, at: float, summary: dict[str, Any]) -> dict[str, Any]:
+    """One run's figures against the SLO: the whole window (with its growth judged over the run's
+    own length), then each slice; held only where all of them hold."""
     assert spec.targets is not None
-    broke = spec.targets.violated(summary)
+    whole = {**summary, "horizon_s": spec.duration, "decisive": True, "request_timeout": spec.load.request_timeout}
+    broke = spec.targets.violated(whole)
     if (why := client_verdict(summary, broke)) is not None:
         broke.append(why)
     slices = []
@@ -84,29 +136,62 @@ def verdict(spec: ConfirmProbeSpec, summary: dict[str, Any]) -> ProbeResult:
             its.append(why)
         start = part["window_at"][0] - summary["window_at"][0]
         slices.append({**{k: v for k, v in part.items() if k != "window_at"}, "index": i, "from_s": start, "broke": its})
-    held = not broke and all(not s["broke"] for s in slices)
     rates = [s["output_tok_s"] for s in slices if s.get("output_tok_s") is not None]
-    metrics: dict[str, float] = {
-        "goodput": float(summary["output_tok_s"]),
-        "held": float(held),
-        "drift": drift(rates) if len(rates) >= 2 else 0.0,
-        "slices": float(len(slices)),
-        "slices_broken": float(sum(1 for s in slices if s["broke"])),
-    }
-    if summary.get("output_tok_s_ci") is not None:
-        metrics["goodput_ci"] = float(summary["output_tok_s_ci"])
-    metrics.update({m: float(summary[m]) for m in AT_RUN if summary.get(m) is not None})
-    if spec.rate is not None and summary.get("achieved_over_offered") is not None:
-        metrics["achieved_over_offered"] = float(summary["achieved_over_offered"])
-    answer = {"concurrency": spec.concurrency} if spec.concurrency else {"rate": spec.rate}
-    details = {
-        **answer,
+    ended_early = (summary.get("window_s") or 0.0) < spec.duration * 0.99
+    held = not broke and all(not s["broke"] for s in slices) and not ended_early
+    return {
+        "at": at,
+        "held": held,
         "seconds": summary.get("window_s"),
+        "ended_early": ended_early,
         "broke": broke,
         "slices": slices,
+        "goodput": float(summary["output_tok_s"]),
+        "goodput_ci": summary.get("output_tok_s_ci"),
+        "drift": drift(rates) if len(rates) >= 2 else 0.0,
+        "growth": summary.get("growth"),
+        "growth_ci": summary.get("growth_ci"),
+        "growth_critical": spec.targets.critical_growth(whole),
         "window": {k: v for k, v in summary.items() if k not in ("slices", "batch_rates")},
     }
-    logger.info("confirm: %s %s for %.0fs", "held" if held else "broke", answer, summary.get("window_s") or 0.0)
+
+
+def verdict(spec: ConfirmProbeSpec, runs: list[dict[str, Any]]) -> ProbeResult:
+    """The runs as one result: ``held`` (the answer itself held throughout), ``confirmed`` (the
+    load that held: the answer, a step below it, or 0 where none did), and the figures of the run
+    that held (else of the first)."""
+    key = "concurrency" if spec.concurrency else "rate"
+    first = runs[0]
+    kept = next((r for r in runs if r["held"]), None)
+    shown = kept or first
+    window = shown["window"]
+    metrics: dict[str, float] = {
+        "goodput": shown["goodput"],
+        "held": float(first["held"]),
+        "confirmed": float(kept["at"]) if kept else 0.0,
+        "steps": float(len(runs) - 1),
+        "drift": shown["drift"],
+        "slices": float(len(shown["slices"])),
+        "slices_broken": float(sum(1 for s in shown["slices"] if s["broke"])),
+    }
+    if shown.get("goodput_ci") is not None:
+        metrics["goodput_ci"] = float(shown["goodput_ci"])
+    metrics.update({m: float(window[m]) for m in AT_RUN if window.get(m) is not None})
+    if spec.rate is not None and window.get("achieved_over_offered") is not None:
+        metrics["achieved_over_offered"] = float(window["achieved_over_offered"])
+    details = {
+        key: first["at"],
+        "seconds": first["seconds"],
+        "broke": first["broke"],
+        "slices": first["slices"],
+        "window": first["window"],
+        "runs": [{k: v for k, v in r.items() if k != "window"} | {"window_s": r["seconds"]} for r in runs],
+        "confirmed": {key: kept["at"]} if kept else None,
+    }
+    logger.info(
+        "confirm: %s %s for %.0fs%s", "held" if first["held"] else "broke", {key: first["at"]}, first["seconds"] or 0.0,
+        f"; confirmed at {kept['at']:g} after {len(runs) - 1} step(s)" if kept and kept is not first else "",
+    )  # fmt: skip
     return ProbeResult("confirm", metrics, details)
 
 

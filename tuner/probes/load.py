@@ -15,7 +15,6 @@ import bisect
 import itertools
 import json
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -26,15 +25,25 @@ import httpx
 from tuner import progress
 from tuner.engines import counter_total
 from tuner.probes._base import Probe, ServerHandle
+from tuner.probes._drain import drain
 from tuner.probes._prompts import PromptMaker, one_token_words
 from tuner.probes._senders import CEILING, Plan, Senders, arrival_offsets, client_cores, senders_for, with_prompt
 from tuner.probes._stream import RequestRecord, stop_clients, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.records import Capacity, ProbeResult
 from tuner.space.schema import LoadProbeSpec
-from tuner.stats import batch_means, percentiles
+from tuner.stats import batch_means, percentiles, trend
 
-__all__ = ["PER_GPU", "PER_GPU_METRICS", "LoadProbe", "RequestRecord", "per_gpu", "stop_clients", "stream_request"]
+__all__ = [
+    "PER_GPU",
+    "PER_GPU_METRICS",
+    "LoadProbe",
+    "RequestRecord",
+    "Window",
+    "per_gpu",
+    "stop_clients",
+    "stream_request",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +61,22 @@ LEVEL_METRICS = (
     *(f"{lat}_p{p}" for lat in LATENCIES for p in PCTS),
 )
 MAX_ERROR_RATE = 0.5
+STEP_MAX_S = 10.0  # a window that may end early (a long run whose slice broke) looks at least this often
 MIN_BATCHES = 5  # a CI from fewer sub-windows (t of 1-3 dof, or an accidental zero spread) never ends a level early
 SATURATION_GAIN = 0.05
+
+
+@dataclass(frozen=True)
+class Window:
+    """How long one level measures: at least ``least`` seconds, at most ``most``. Past ``least`` it
+    goes on while the throughput CI is wider than the spec's target or ``more(figures)`` says so
+    (an open loop whose growth is undecided); ``enough(figures)`` ends it early (a long run one of
+    whose slices broke the SLO already). Both see :meth:`LoadProbe.figures_so_far`."""
+
+    least: float
+    most: float
+    more: Callable[[dict[str, Any]], bool] | None = None
+    enough: Callable[[dict[str, Any]], bool] | None = None
 
 
 class LoadProbe(Probe):
@@ -74,6 +97,8 @@ class LoadProbe(Probe):
         super().__init__(spec)
         self._requests = itertools.count()  # never reset: a probe run twice on one server sends new prompts
         self._asked_prompt: int | None = None
+        self._open: tuple[float, int, Any] | None = None  # the open-loop level running: (rate, seed, its Level)
+        self._idle_s: float | None = None  # a 1-token request's time on the idle server (prompts())
 
     @classmethod
     def metric_names(cls, spec: LoadProbeSpec) -> set[str]:
@@ -112,6 +137,7 @@ class LoadProbe(Probe):
         rec = await stream_request(
             client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers, cached_field=server.cached_tokens_field
         )
+        self._idle_s = rec.e2e if rec.ok else None
         if rec.prompt_tokens is None:
             logger.warning("the server reports no usage.prompt_tokens: prompt lengths are not checked (%s)", rec.error)
             maker.calibrate(maker.body_words, await tokenizer.count(probe))
@@ -120,6 +146,17 @@ class LoadProbe(Probe):
         logger.debug("prompts: %d words + %d tokens of overhead = %d", maker.body_words, maker.overhead, maker.asked)
         self._asked_prompt = maker.asked
         return maker.make
+
+    async def settle(self, client: httpx.AsyncClient, server: ServerHandle) -> dict[str, Any]:
+        """Wait until ``server`` has nothing in flight (:func:`~tuner.probes._drain.drain`): a level
+        starts on a drained server. What it found is stored with the level."""
+
+        async def ping() -> float | None:
+            url, body, headers = self._request(server, f"{next(self._requests)} ping")
+            rec = await stream_request(client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers)
+            return rec.e2e if rec.ok else None
+
+        return await drain(client, server, ping, idle_s=self._idle_s, bound=max(self.spec.request_timeout, 30.0))
 
     def _template(self, server: ServerHandle) -> tuple[str, dict[str, Any], dict[str, str]]:
         """(url, body without its prompt, headers) of every request of a level."""
@@ -148,9 +185,11 @@ class LoadProbe(Probe):
         concurrency: int,
         *,
         slice_s: float | None = None,
+        window: Window | None = None,
     ) -> dict[str, Any]:
         """One closed-loop level (see the class); ``slice_s``: also the figures of each slice of
-        the window that long (``slices``), as a long confirmation run reports them per minute."""
+        the window that long (``slices``), as a long confirmation run reports them per minute;
+        ``window``: how long it measures, where not the spec's ``duration`` to ``max_duration``."""
         spec = self.spec
         records: list[RequestRecord] = []
         finished = [0] * concurrency
@@ -187,7 +226,7 @@ class LoadProbe(Probe):
             await stop_clients(tasks, grace=spec.request_timeout)
 
         late = f"level {concurrency}: warmup did not complete a full wave in time; measuring anyway"
-        summary = await self._window(records, stop, warmed, late, slice_s=slice_s)
+        summary = await self._window(records, stop, warmed, late, slice_s=slice_s, window=window)
         summary["warmup_s"] = summary["window_at"][0] - began
         after = await prefix_cache_counters(client, server)
         if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
@@ -205,6 +244,7 @@ class LoadProbe(Probe):
         *,
         cores: int | None = None,
         slice_s: float | None = None,
+        window: Window | None = None,
     ) -> dict[str, Any]:
         """Open loop: requests arrive as a Poisson process of ``rate`` per second, each on its own
         (no client waits for another, so a server that falls behind queues them), as production
@@ -218,7 +258,8 @@ class LoadProbe(Probe):
         (:func:`open_loop_figures`): ``client_bound`` when the senders fell short of the schedule.
         ``cores``: the client cores to plan senders for (default: those this process may use);
         ``slice_s``: also each slice's figures (``slices``), the open loop's delivery and backlog
-        among them."""
+        among them; ``window``: how long it measures (its ``more`` and ``enough`` see
+        :meth:`figures_so_far`), where not the spec's ``duration`` to ``max_duration``."""
         spec = self.spec
         records: list[RequestRecord] = []
         ended = [0]
@@ -246,7 +287,13 @@ class LoadProbe(Probe):
         )  # fmt: skip
         level = await senders.start(plan, count, records, on_end)
         late = f"rate {rate:.3g}/s: no request ended in time; measuring anyway"
-        summary = await self._window(records, lambda: level.stop(spec.request_timeout), warmed, late, slice_s=slice_s)
+        self._open = (rate, seed, level)
+        try:
+            summary = await self._window(
+                records, lambda: level.stop(spec.request_timeout), warmed, late, slice_s=slice_s, window=window
+            )
+        finally:
+            self._open = None
         self._requests = itertools.count(first + level.arrivals + 1)
         start, end = summary["window_at"]
         for part in summary.get("slices", ()):
@@ -269,11 +316,12 @@ class LoadProbe(Probe):
         late: str,
         *,
         slice_s: float | None = None,
+        window: Window | None = None,
     ) -> dict[str, Any]:
         """A level's window, closed or open loop: wait for ``warmed`` (``late`` is logged when it
-        takes longer than the warm-up may), measure, ``stop`` the level's clients, and summarize
-        (with ``slice_s``: each slice of the window that long too, in ``slices``). ``window_at``
-        is in perf_counter time: telemetry slices by it."""
+        takes longer than the warm-up may), measure (:meth:`_measure`), ``stop`` the level's
+        clients, and summarize (with ``slice_s``: each slice of the window that long too, in
+        ``slices``). ``window_at`` is in perf_counter time: telemetry slices by it."""
         spec = self.spec
         try:
             try:
@@ -281,7 +329,7 @@ class LoadProbe(Probe):
             except TimeoutError:
                 logger.warning(late)
             start = time.perf_counter()
-            end, ci = await self._measure(records, start)
+            end, ci = await self._measure(records, start, window or Window(spec.duration, spec.max_duration))
         finally:
             await stop()
         summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
@@ -293,28 +341,43 @@ class LoadProbe(Probe):
             ]
         return summary
 
-    async def _measure(self, records: list[RequestRecord], start: float) -> tuple[float, bool]:
-        """Wait out the window, extending it until the CI target or the cap; returns (end, met)."""
+    async def _measure(self, records: list[RequestRecord], start: float, window: Window) -> tuple[float, bool]:
+        """Wait out the window (at least ``window.least``), extending it until the CI target is met
+        and ``window.more`` asks for no more time, or to ``window.most``; ``window.enough`` ends it
+        at once. Returns (end, whether the CI target was met)."""
         spec = self.spec
-        end = start + spec.duration
-        step = max(spec.duration / 4, 0.5)
+        end = start + window.least
+        step = min(max(window.least / 4, 0.5), STEP_MAX_S)
         while True:
             await asyncio.sleep(max(0.0, end - time.perf_counter()))
             now = time.perf_counter()
-            window = batch_means(
+            if window.enough is not None and window.enough(self.figures_so_far(records, start, now)):
+                return now, False
+            rates = batch_means(
                 [(r.stamps, r.tokens_per_chunk) for r in records], start, now, batch_count(records, now - start, spec.batches)
             )
-            rel = window.relative_half_width
+            rel = rates.relative_half_width
             done = [r for r in records if r.ended is not None and start <= r.ended < now]
             errors = sum(1 for r in done if not r.ok)
             if done and errors / len(done) > MAX_ERROR_RATE and errors >= 2:
                 return now, False  # failing, not slow: no point in measuring longer
-            enough = len([r for r in done if r.ok]) >= (spec.requests or 0) and len(window.rates) >= MIN_BATCHES
-            if rel is not None and rel <= spec.ci_target and enough:
+            enough = len([r for r in done if r.ok]) >= (spec.requests or 0) and len(rates.rates) >= MIN_BATCHES
+            met = rel is not None and rel <= spec.ci_target and enough
+            if met and (window.more is None or not window.more(self.figures_so_far(records, start, now))):
                 return now, True
-            if now - start >= spec.max_duration:
-                return now, False
-            end = min(now + step, start + spec.max_duration)
+            if now - start >= window.most:
+                return now, met
+            end = min(now + step, start + window.most)
+
+    def figures_so_far(self, records: list[RequestRecord], start: float, now: float) -> dict[str, Any]:
+        """A running level's figures over ``[start, now)``: the summary, and an open loop's
+        delivery and growth (what a :class:`Window`'s ``more`` and ``enough`` judge)."""
+        spec = self.spec
+        figures = summarize(records, start, now, spec.batches, spec.output_tokens, self._asked_prompt)
+        if self._open is not None:
+            rate, seed, level = self._open
+            figures.update(open_loop_figures(records, start, now, rate, seed, level.t0))
+        return figures
 
     def _result(self, levels: dict[int, dict[str, Any]], stop_reason: str) -> ProbeResult:
         metrics: dict[str, float] = {}
@@ -426,7 +489,7 @@ def summarize(
 
 DELIVERED_MIN = 0.97  # an open-loop level whose senders sent less of its schedule is client-bound
 SEND_LAG_MAX = 0.05  # s: so is one whose sends ran this late at p99 (a loop uniformly late still sends the count)
-BACKLOG_SHARE = 0.05  # completions may fall behind the window's arrivals by this share (plus Poisson noise)
+GROWTH_BATCHES = (4, 10)  # sub-windows of the growth's trend: at least 4 (2 dof), at most 10, each >= 2 lifetimes
 
 
 def open_loop_figures(
@@ -435,19 +498,20 @@ def open_loop_figures(
     """What an open-loop level asked for and what it delivered, over the window ``[start, end)``.
 
     ``offered_rate``: the arrivals the schedule (the Poisson draw of ``rate`` from ``seed``, from
-    ``t0``) put in the window, per second; ``achieved_rate``: the arrivals the senders released
-    in it; ``achieved_over_offered`` their ratio (the senders' delivery, free of the Poisson draw's
-    own spread around ``rate``). ``send_lag_*``: seconds from a scheduled arrival to its send.
-    ``client_bound``: delivery below :data:`DELIVERED_MIN` (the load was not offered);
+    ``t0``) put in the window, per second; ``achieved_rate``: the requests the senders wrote to
+    the server in it (a request's bytes written, :attr:`RequestRecord.sent`, less any wait at the
+    in-flight cap, which is the server's queue, not the client's), ``achieved_over_offered`` their
+    ratio. ``send_lag_*``: seconds from a scheduled arrival to its bytes written, that wait left
+    out. ``client_bound``: delivery below :data:`DELIVERED_MIN` (the load was not offered);
     ``client_late``: a send lag p99 over :data:`SEND_LAG_MAX` (:func:`client_verdict` says what
-    each means for the level's verdict). ``completion_rate``: requests that ended in the
-    window, per second. ``backlog_growth``: requests in the system (arrived, not ended) at the
-    window's end minus at its start, i.e. arrivals minus completions; ``backlog_allowance`` what a
-    stable server shows by chance: :data:`BACKLOG_SHARE` of the window's arrivals plus twice the
-    spread of that difference, which is at most that of two Poisson counts (sqrt(arrivals +
-    completions)) and at most that of two draws of the number in the system (sqrt(2 x its mean)),
-    whichever is smaller. A growth beyond it breaks the SLO: completions fall behind arrivals
-    (:meth:`~tuner.space.schema.SloTargets.violated`)."""
+    each means for the level's verdict). ``completion_rate``: requests that ended in the window,
+    per second.
+
+    ``growth``: how fast requests in the system (arrived, not ended: arrivals minus completions)
+    grew over the window, per second, the least-squares trend of their batch means
+    (:func:`~tuner.stats.trend`), with its 95 % half-width ``growth_ci``; ``backlog_growth`` the
+    count's change from the window's start to its end. Whether a growth breaks the SLO depends on
+    the SLO and how long the load must hold (:meth:`~tuner.space.schema.SloTargets.critical_growth`)."""
     seconds = max(end - start, 1e-9)
     due = []  # scheduled arrival times up to the window's end
     for offset in arrival_offsets(rate, seed):
@@ -455,18 +519,21 @@ def open_loop_figures(
             break
         due.append(t0 + offset)
     scheduled = sum(1 for t in due if t >= start)
-    sent = [r for r in records if r.sent is not None and start <= r.sent < end]
-    lags = [r.sent - r.started for r in sent if r.sent is not None]
+    wrote = [(r, r.sent - (r.queued or 0.0)) for r in records if r.sent is not None]
+    sent = [(r, at) for r, at in wrote if start <= at < end]
+    lags = [at - r.started for r, at in sent]
     ends = sorted(r.ended for r in records if r.ended is not None)
 
     def in_system(t: float) -> int:
         return bisect.bisect_left(due, t) - bisect.bisect_left(ends, t)
 
-    points = [start + seconds * k / 10 for k in range(11)]
-    mean_in_system = sum(in_system(t) for t in points) / len(points)
-    growth = in_system(end) - in_system(start)
+    lives = sorted(r.e2e for r in records if r.ok and r.e2e and start <= (r.ended or 0) < end)
+    life = lives[len(lives) // 2] if lives else seconds
+    low, high = GROWTH_BATCHES
+    growth = trend(in_system, start, end, max(low, min(high, int(seconds / (2 * life)))))
     ended = bisect.bisect_left(ends, end) - bisect.bisect_left(ends, start)
     delivered = len(sent) / scheduled if scheduled else 1.0
+    points = [start + seconds * k / 10 for k in range(11)]
     figures: dict[str, Any] = {
         "rate": rate,
         "offered_rate": scheduled / seconds,
@@ -475,9 +542,11 @@ def open_loop_figures(
         "client_bound": delivered < DELIVERED_MIN,
         "client_late": bool(lags) and _p99(lags) > SEND_LAG_MAX,
         "completion_rate": ended / seconds,
-        "backlog_growth": float(growth),
-        "backlog_allowance": BACKLOG_SHARE * scheduled + 2 * math.sqrt(min(scheduled + ended, 2 * mean_in_system) + 1),
-        "in_system_mean": mean_in_system,
+        "backlog_growth": float(in_system(end) - in_system(start)),
+        "growth": growth.slope if growth else None,
+        "growth_ci": growth.half_width if growth else None,
+        "growth_batches": growth.batches if growth else 0,
+        "in_system_mean": sum(in_system(t) for t in points) / len(points),
         "send_lag_max": max(lags) if lags else None,
     }
     figures.update({f"send_lag_p{p}": v for p, v in percentiles(lags, (50, 99)).items()})

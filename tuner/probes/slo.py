@@ -12,17 +12,23 @@ probe's workload and steady-state windows (a level here is exactly a load-probe 
 3. bisect between the largest level that holds and the smallest that breaks, until they are one
    client apart or within ``resolution`` of each other;
 
-never more than ``max_levels`` levels measured here. The answer is the largest level that held:
-``concurrency``, its ``goodput`` (output tok/s there, with its batch-means CI) and its latencies;
-``concurrency_violated`` is the smallest level that broke the SLO (the answer lies in between).
-Every level tried, with what it broke, is in the result's details (the trial's evidence).
+never more than ``max_levels`` levels measured here; 4. hold: the level the search found runs
+once more on the same server for ``hold`` seconds (extended up to ``hold_max`` while an open
+loop's growth is undecided: :data:`tuner.probes.load.Window`); one that does not hold counts as
+broken and the search goes on below it, at most ``holds`` times. The answer is the largest level
+that held, and held its hold where one is asked for: ``concurrency``, its ``goodput`` (output tok/s
+there, with its batch-means CI: the hold's where it ran) and its latencies; ``concurrency_violated``
+is the smallest level that broke the SLO (the answer lies in between). Every level starts on a
+drained server (:func:`tuner.probes._drain.drain`). Every level tried, with what it broke, its
+window, its growth and its utilisation (its completions over the saturated completion rate
+measured above it), is in the result's details (the trial's evidence).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -30,7 +36,7 @@ import httpx
 from tuner import progress
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
-from tuner.probes.load import LoadProbe, client_verdict
+from tuner.probes.load import LoadProbe, Window, client_verdict
 from tuner.records import ProbeResult
 from tuner.space.schema import LoadProbeSpec, SloProbeSpec, SloTargets
 
@@ -40,11 +46,20 @@ logger = logging.getLogger(__name__)
 
 AT_LEVEL = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
 # the open loop's, at the answer: what was asked and what was delivered (tuner.probes.load.open_loop_figures)
-AT_RATE = ("offered_rate", "achieved_rate", "achieved_over_offered", "completion_rate", "send_lag_p99", "backlog_growth")
+AT_RATE = (
+    "offered_rate",
+    "achieved_rate",
+    "achieved_over_offered",
+    "completion_rate",
+    "send_lag_p99",
+    "backlog_growth",
+    "growth",
+)
 OPEN_LOOP = (
-    *AT_RATE, "rate", "client_bound", "client_late", "backlog_allowance", "in_system_mean", "send_lag_p50",
+    *AT_RATE, "rate", "client_bound", "client_late", "growth_ci", "growth_batches", "in_system_mean", "send_lag_p50",
     "send_lag_max", "senders", "client_cores", "sender_failures",
 )  # fmt: skip
+LEVEL_EXTRA = ("horizon_s", "decisive", "drain_s", "drained", "drained_by", "ci_target_met")
 UNBOUNDED = 1024  # where neither the KV pool nor the spec bounds the search
 
 
@@ -61,9 +76,10 @@ class SloProbe(Probe):
 
     @classmethod
     def metric_names(cls, spec: SloProbeSpec) -> set[str]:
+        common = {"goodput", "goodput_ci", "levels", "bound", "held_s", *AT_LEVEL}
         if spec.mode == "rate":
-            return {"rate", "rate_violated", "rate_client_bound", "goodput", "goodput_ci", "levels", "bound", *AT_LEVEL, *AT_RATE}
-        return {"concurrency", "concurrency_violated", "goodput", "goodput_ci", "levels", "bound", *AT_LEVEL}
+            return {"rate", "rate_violated", "rate_client_bound", *common, *AT_RATE}
+        return {"concurrency", "concurrency_violated", *common}
 
     def see(self, earlier: Sequence[ProbeResult]) -> None:
         """Levels the load probe measured on this server (same workload): known, not run again
@@ -78,6 +94,34 @@ class SloProbe(Probe):
     def run(self, server: ServerHandle) -> ProbeResult:
         return asyncio.run(self._run(server))
 
+    def hold_window(self) -> Window | None:
+        """The hold level's window (None: no hold); an open loop's goes on while its growth is
+        undecided (its interval spans :meth:`~tuner.space.schema.SloTargets.critical_growth`)."""
+        spec = self.spec
+        if not spec.hold:
+            return None
+        targets = spec.targets
+        assert targets is not None
+
+        def undecided(figures: dict[str, Any]) -> bool:
+            critical, growth = targets.critical_growth(self._stamped(figures)), figures.get("growth")
+            if critical is None or growth is None:
+                return False
+            ci = float(figures.get("growth_ci") or 0.0)
+            return bool(float(growth) - ci <= critical < float(growth) + ci)
+
+        return Window(spec.hold, max(spec.hold, spec.hold_max or spec.hold), more=undecided if spec.mode == "rate" else None)
+
+    def _stamped(self, summary: dict[str, Any], *, decisive: bool = False) -> dict[str, Any]:
+        """A level's figures with what its verdict needs beside them: the horizon an answer must
+        hold for, the request timeout, and whether it makes an answer (a hold)."""
+        return {
+            **summary,
+            "horizon_s": self.spec.horizon,
+            "request_timeout": self.load.spec.request_timeout,
+            "decisive": decisive,
+        }
+
     async def _run(self, server: ServerHandle) -> ProbeResult:
         spec, targets = self.spec, self.spec.targets
         if targets is None:
@@ -89,34 +133,55 @@ class SloProbe(Probe):
         limits = httpx.Limits(max_connections=top + 4, max_keepalive_connections=top + 4)
         timeout = httpx.Timeout(self.load.spec.request_timeout, connect=10.0)
         measured: dict[int, dict[str, Any]] = {}
+        window = self.hold_window()
         async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
             prompts = await self.load.prompts(client, server)
 
             async def measure(level: int) -> dict[str, Any]:
                 progress.report(f"slo: {level} concurrent clients ({len(measured) + 1}/{spec.max_levels} levels)")
-                measured[level] = await self.load.level(client, server, prompts, level)
+                settled = await self.load.settle(client, server)
+                measured[level] = self._stamped({**await self.load.level(client, server, prompts, level), **settled})
                 return measured[level]
 
-            outcome = await search(measure, targets, spec, top, dict(self._known), why)
+            async def hold(level: float) -> dict[str, Any]:
+                assert window is not None
+                progress.report(f"slo: holding {level:.0f} concurrent clients for {window.least:g}s")
+                settled = await self.load.settle(client, server)
+                summary = await self.load.level(client, server, prompts, int(level), window=window, slice_s=window.least / 3)
+                return self._stamped({**summary, **settled}, decisive=True)
+
+            outcome = await search(measure, targets, spec, top, dict(self._known), why, hold=hold if window else None)
         return self._result(outcome, measured, bound, why)
 
     async def _run_rate(self, server: ServerHandle, targets: SloTargets) -> ProbeResult:
         spec = self.spec
         timeout = httpx.Timeout(self.load.spec.request_timeout, connect=10.0)
         measured: dict[float, dict[str, Any]] = {}
+        window = self.hold_window()
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
             prompts = await self.load.prompts(client, server)
-        with Senders() as senders:
+            with Senders() as senders:
 
-            async def measure(rate: float) -> dict[str, Any]:
-                progress.report(f"slo: {rate:.3g} requests/s ({len(measured) + 1}/{spec.max_levels} levels)")
-                measured[rate] = await self.load.rate_level(senders, server, prompts, rate, seed=len(measured))
-                return measured[rate]
+                async def measure(rate: float) -> dict[str, Any]:
+                    progress.report(f"slo: {rate:.3g} requests/s ({len(measured) + 1}/{spec.max_levels} levels)")
+                    settled = await self.load.settle(client, server)
+                    summary = await self.load.rate_level(senders, server, prompts, rate, seed=len(measured))
+                    measured[rate] = self._stamped({**summary, **settled})
+                    return measured[rate]
 
-            outcome = await search_rate(measure, targets, spec)
-        levels = {f"{r:g}": _level_details(summary, outcome.broken[r], True) for r, summary in sorted(outcome.levels.items())}
-        details = {"levels": levels, "stop_reason": outcome.stop_reason, "mode": "rate"}
-        logger.info("slo: %.3g requests/s hold the SLO (%s)", outcome.held, outcome.stop_reason)
+                async def hold(rate: float) -> dict[str, Any]:
+                    assert window is not None
+                    progress.report(f"slo: holding {rate:.3g} requests/s for {window.least:g}-{window.most:g}s")
+                    settled = await self.load.settle(client, server)
+                    summary = await self.load.rate_level(
+                        senders, server, prompts, rate, seed=100 + len(measured), window=window, slice_s=window.least / 3
+                    )
+                    return self._stamped({**summary, **settled}, decisive=True)
+
+                outcome = await search_rate(measure, targets, spec, hold=hold if window else None)
+        levels = _details(outcome, set(measured))
+        details = {"levels": levels, "holds": _holds(outcome), "stop_reason": outcome.stop_reason, "mode": "rate"}
+        logger.info("slo: %.3g requests/s hold the SLO (%s)", outcome.answer, outcome.stop_reason)
         return ProbeResult(self.name, _metrics(outcome, "rate", len(measured), spec.max_rate or 0.0), details)
 
     def _bound(self, server: ServerHandle) -> tuple[int, str]:
@@ -134,21 +199,25 @@ class SloProbe(Probe):
 
     def _result(self, outcome: Search, measured: dict[int, dict[str, Any]], bound: int, why: str) -> ProbeResult:
         metrics = _metrics(outcome, "concurrency", len(measured), bound)
-        levels = {
-            str(int(level)): _level_details(summary, outcome.broken[level], level in measured)
-            for level, summary in sorted(outcome.levels.items())
+        levels = {str(int(float(k))): v for k, v in _details(outcome, set(measured)).items()}
+        details = {
+            "levels": levels,
+            "holds": _holds(outcome),
+            "stop_reason": outcome.stop_reason,
+            "bound": bound,
+            "bound_from": why,
         }
-        details = {"levels": levels, "stop_reason": outcome.stop_reason, "bound": bound, "bound_from": why}
-        logger.info("slo: %.0f clients hold the SLO (%s)", outcome.held, outcome.stop_reason)
+        logger.info("slo: %.0f clients hold the SLO (%s)", outcome.answer, outcome.stop_reason)
         return ProbeResult(self.name, metrics, details)
 
 
 def _metrics(outcome: Search, answer: str, levels_run: int, bound: float) -> dict[str, float]:
     """The answer (``concurrency`` or ``rate``, and the smallest level that broke the SLO), the
-    goodput and latencies at the answer, the levels this probe ran and the bound it searched to."""
-    best = outcome.levels.get(outcome.held) if outcome.held else None
+    goodput and latencies at the answer (its hold's figures where it held one), the levels this
+    probe ran, the bound it searched to and how long the answer held (``held_s``)."""
+    best = outcome.figures(outcome.answer) if outcome.answer else None
     metrics: dict[str, float] = {
-        answer: float(outcome.held),
+        answer: float(outcome.answer),
         "goodput": float(best["output_tok_s"]) if best else 0.0,
         "levels": float(levels_run),
         "bound": float(bound),
@@ -159,6 +228,8 @@ def _metrics(outcome: Search, answer: str, levels_run: int, bound: float) -> dic
         metrics.update({m: float(best[m]) for m in AT_LEVEL if best.get(m) is not None})
         if answer == "rate":
             metrics.update({m: float(best[m]) for m in AT_RATE if best.get(m) is not None})
+        if best.get("window_s") is not None and outcome.answer in outcome.holds:
+            metrics["held_s"] = float(best["window_s"])
     if outcome.broke is not None:
         metrics[f"{answer}_violated"] = float(outcome.broke)
     if outcome.client_bound:
@@ -166,7 +237,37 @@ def _metrics(outcome: Search, answer: str, levels_run: int, bound: float) -> dic
     return metrics
 
 
-def _level_details(summary: dict[str, Any], broke: list[str], here: bool) -> dict[str, Any]:
+def completions(summary: Mapping[str, Any]) -> float | None:
+    """Requests a level completed per second: the open loop's completion rate, the closed loop's req/s."""
+    done = summary.get("completion_rate", summary.get("req_s"))
+    return None if done is None else float(done)
+
+
+def utilisation(levels: Mapping[float, Mapping[str, Any]], broken: Mapping[float, list[str]]) -> dict[float, float | None]:
+    """Each level's completions over the saturated completion rate: the most any level above it
+    that broke the SLO completed (None: none above broke it, so no saturation was measured)."""
+    found: dict[float, float | None] = {}
+    for level, summary in levels.items():
+        above = [c for lv, s in levels.items() if lv > level and broken.get(lv) and (c := completions(s)) is not None]
+        done = completions(summary)
+        found[level] = done / max(above) if above and done is not None and max(above) > 0 else None
+    return found
+
+
+def _details(outcome: Search, here: set[float] | set[int]) -> dict[str, dict[str, Any]]:
+    use = utilisation(outcome.levels, outcome.broken)
+    return {
+        f"{lv:g}": {**_level_details(summary, outcome.broken[lv], lv in here), "utilisation": use[lv]}
+        for lv, summary in sorted(outcome.levels.items())
+    }
+
+
+def _holds(outcome: Search) -> dict[str, dict[str, Any]]:
+    """Each hold level: its figures and what it broke."""
+    return {f"{lv:g}": _level_details(summary, outcome.hold_broken[lv], True) for lv, summary in sorted(outcome.holds.items())}
+
+
+def _level_details(summary: Mapping[str, Any], broke: list[str], here: bool) -> dict[str, Any]:
     """What a level measured and what it broke, as the trial keeps it."""
     return {
         "held": not broke,
@@ -181,6 +282,7 @@ def _level_details(summary: dict[str, Any], broke: list[str], here: bool) -> dic
         "waiting": summary.get("waiting"),  # still waiting for a first token when the window closed
         "ttft_p99_censored": summary.get("ttft_p99_censored"),
         **{m: summary.get(m) for m in OPEN_LOOP if m in summary},
+        **{m: summary.get(m) for m in LEVEL_EXTRA if m in summary},
     }
 
 
@@ -188,13 +290,19 @@ class Search:
     """What the search found: every level it knows (``levels``), what each broke, the largest
     level that held (``held``, 0: none) and the smallest that broke (``broke``). An open-loop
     level whose verdict is the client's (:func:`~tuner.probes.load.client_verdict`: its senders
-    fell short of the schedule, or ran late where it broke) is neither, and the search goes no higher."""
+    fell short of the schedule, or ran late where it broke) is neither, and the search goes no
+    higher. ``holds``: the hold levels run (a level whose hold broke counts as broken);
+    ``answer``: ``held`` where no hold is asked for, else the largest level whose hold held."""
 
-    def __init__(self, targets: SloTargets, known: dict[int, dict[str, Any]]) -> None:
+    def __init__(self, targets: SloTargets, known: Mapping[float, dict[str, Any]]) -> None:
         self.targets = targets
         self.levels: dict[float, dict[str, Any]] = {}  # clients (closed loop) or requests/s (open loop)
         self.broken: dict[float, list[str]] = {}
         self.client_bound: dict[float, str] = {}
+        self.holds: dict[float, dict[str, Any]] = {}
+        self.hold_broken: dict[float, list[str]] = {}
+        self.hold_asked = False
+        self.notes: list[str] = []  # what each hold found, for the stop reason
         self.stop_reason = ""
         for level, summary in known.items():
             self.add(level, summary)
@@ -204,6 +312,29 @@ class Search:
         self.broken[level] = self.targets.violated(summary)
         if (why := client_verdict(summary, self.broken[level])) is not None:
             self.client_bound[level] = why
+
+    def add_hold(self, level: float, summary: dict[str, Any]) -> bool:
+        """A hold at ``level``: True where it held; where not, the level counts as broken (or
+        client-bound, where the client is why)."""
+        broke = self.targets.violated(summary)
+        self.holds[level], self.hold_broken[level] = summary, broke
+        if (why := client_verdict(summary, broke)) is not None:
+            self.client_bound[level] = f"hold: {why}"
+            self.hold_broken[level] = [*broke, why]
+            return False
+        if broke:
+            self.broken[level] = [f"held {summary.get('window_s') or 0:.0f}s: {b}" for b in broke]
+        return not broke
+
+    def figures(self, level: float) -> dict[str, Any]:
+        """A level's figures: its hold's where it held one, else its search level's."""
+        return self.holds.get(level) or self.levels[level]
+
+    @property
+    def answer(self) -> float:
+        if not self.hold_asked:
+            return self.held
+        return self.held if self.held in self.holds and not self.hold_broken[self.held] else 0
 
     @property
     def held(self) -> float:
@@ -223,6 +354,30 @@ class Search:
         return min(tops) if tops else None
 
 
+Hold = Callable[[float], Awaitable[dict[str, Any]]]
+
+
+async def _held(found: Search, hold: Hold | None, most: int, unit: str) -> bool:
+    """Hold the level the search found (True: the answer stands: it held, there is none, no hold
+    is asked for, or the hold budget is spent; False: its hold broke and the search goes on below).
+    What each hold found is added to the stop reason."""
+    if hold is None or not found.held or found.held in found.holds:
+        found.stop_reason += "".join(found.notes)
+        return True
+    if len(found.holds) >= most:
+        found.stop_reason += "".join(found.notes) + f"; {most} hold(s) spent, none held: no answer"
+        return True
+    level = found.held
+    if found.add_hold(level, await hold(level)):
+        found.notes.append(f"; held {found.holds[level].get('window_s') or 0:.0f}s on the same server")
+        found.stop_reason += "".join(found.notes)
+        return True
+    found.notes.append(
+        f"; {level:g} {unit} did not hold {found.holds[level].get('window_s') or 0:.0f}s ({'; '.join(found.hold_broken[level])})"
+    )
+    return False
+
+
 async def search(
     measure: Callable[[int], Awaitable[dict[str, Any]]],
     targets: SloTargets,
@@ -230,9 +385,13 @@ async def search(
     bound: int,
     known: dict[int, dict[str, Any]],
     bound_from: str = "",
+    *,
+    hold: Hold | None = None,
 ) -> Search:
-    """Bracket, then bisect (see the module docstring); ``measure(level)`` runs one level."""
+    """Bracket, then bisect (see the module docstring); ``measure(level)`` runs one level,
+    ``hold(level)`` the answer's hold level."""
     found = Search(targets, {lv: s for lv, s in known.items() if lv <= bound})
+    found.hold_asked = hold is not None
     runs = 0
 
     async def run(level: int) -> None:
@@ -243,12 +402,26 @@ async def search(
     def spent() -> bool:
         return runs >= spec.max_levels
 
+    while True:
+        await _closed_search(found, run, spent, spec, bound, bound_from)
+        if await _held(found, hold, spec.holds, "clients"):
+            return found
+
+
+async def _closed_search(
+    found: Search,
+    run: Callable[[int], Awaitable[None]],
+    spent: Callable[[], bool],
+    spec: SloProbeSpec,
+    bound: int,
+    bound_from: str,
+) -> None:
     level = int(min(max(spec.start, found.held), bound))
     while found.broke is None:  # bracket: double until a level breaks the SLO or the bound holds it
         if level in found.levels:
             if level >= bound:
                 found.stop_reason = f"the bound ({bound} clients, {bound_from}) holds the SLO"
-                return found
+                return
             level = min(level * 2, bound)
             continue
         if spent():
@@ -258,26 +431,27 @@ async def search(
         low, high = found.held, found.broke
         if high == 1:
             found.stop_reason = "even 1 client breaks the SLO"
-            return found
+            return
         if high - low <= max(1, int(spec.resolution * low)):
             found.stop_reason = f"bracketed: {low:.0f} clients hold the SLO, {high:.0f} break it"
-            return found
+            return
         if spent():
             break
         await run(int((low + high) // 2))
     found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.0f} clients hold the SLO" + (
         f", {found.broke:.0f} break it" if found.broke is not None else ""
     )
-    return found
 
 
-async def search_rate(measure: Callable[[float], Awaitable[dict[str, Any]]], targets: SloTargets, spec: SloProbeSpec) -> Search:
+async def search_rate(
+    measure: Callable[[float], Awaitable[dict[str, Any]]], targets: SloTargets, spec: SloProbeSpec, *, hold: Hold | None = None
+) -> Search:
     """The open-loop answer: double the request rate from ``start_rate`` until a rate breaks the
     SLO (or ``max_rate`` holds it), then bisect until the bracket is within ``resolution``
-    (default 10 %) of the rate that holds. A rate the senders could not deliver (client-bound)
-    ends the doubling like a break, but is never the answer nor its ``rate_violated``."""
+    (default 10 %) of the rate that holds; then ``hold`` it. A rate the senders could not deliver
+    (client-bound) ends the doubling like a break, but is never the answer nor its ``rate_violated``."""
     found = Search(targets, {})
-    resolution = spec.resolution or 0.1
+    found.hold_asked = hold is not None
     runs = 0
 
     async def run(rate: float) -> None:
@@ -285,15 +459,28 @@ async def search_rate(measure: Callable[[float], Awaitable[dict[str, Any]]], tar
         runs += 1
         found.add(rate, await measure(rate))
 
-    rate = spec.start_rate
+    def spent() -> bool:
+        return runs >= spec.max_levels
+
+    while True:
+        await _rate_search(found, run, spent, spec)
+        if await _held(found, hold, spec.holds, "requests/s"):
+            return found
+
+
+async def _rate_search(
+    found: Search, run: Callable[[float], Awaitable[None]], spent: Callable[[], bool], spec: SloProbeSpec
+) -> None:
+    resolution = spec.resolution or 0.1
+    rate = max(spec.start_rate, found.held * 2) if found.held else spec.start_rate
     while found.ceiling is None:
-        if runs >= spec.max_levels:
+        if spent():
             break
         await run(rate)
         if found.ceiling is None:
             if spec.max_rate is not None and rate >= spec.max_rate:
                 found.stop_reason = f"max_rate ({spec.max_rate:g} requests/s) holds the SLO"
-                return found
+                return
             rate = min(rate * 2, spec.max_rate) if spec.max_rate is not None else rate * 2
     while (high := found.ceiling) is not None:
         low = found.held
@@ -301,17 +488,16 @@ async def search_rate(measure: Callable[[float], Awaitable[dict[str, Any]]], tar
             found.stop_reason = f"even {high:.3g} requests/s " + (
                 "could not be sent (client-bound)" if high in found.client_bound else "break the SLO"
             )
-            return found
+            return
         if low and high - low <= resolution * low:
             found.stop_reason = f"bracketed: {low:.3g} requests/s hold the SLO, {_above(found, high)}"
-            return found
-        if runs >= spec.max_levels:
+            return
+        if spent():
             break
         await run((low + high) / 2)
     found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.3g} requests/s hold the SLO" + (
         f", {_above(found, found.ceiling)}" if found.ceiling is not None else ""
     )
-    return found
 
 
 def _above(found: Search, high: float) -> str:

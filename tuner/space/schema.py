@@ -279,8 +279,9 @@ class SloTargets(_Strict):
         A latency the level could not measure (no request finished) breaks its target, and so does a
         TTFT p99 whose lower bound (``ttft_p99_censored``: requests still waiting for their first
         token when the window closed, counted with their waits so far) is over it. An open-loop
-        level whose backlog grew beyond what chance explains (``backlog_growth`` over
-        ``backlog_allowance``: completions did not keep up with arrivals) breaks it too."""
+        level whose requests in the system grow faster than :meth:`critical_growth` breaks it too:
+        a ``decisive`` level (one that makes an answer: the hold, a confirmation) on its growth's
+        estimate, a search level only where its whole interval lies above (shown to grow)."""
         broken = []
         for name in ("ttft_p99", "itl_p99", "tpot_p99"):
             bound = getattr(self, name)
@@ -293,12 +294,33 @@ class SloTargets(_Strict):
                 broken.append(f"{name} {'unmeasured' if value is None else f'{value:.3g}'} > {bound:g}")
         if (rate := level.get("error_rate") or 0.0) > self.error_rate:
             broken.append(f"error_rate {rate:.3g} > {self.error_rate:g}")
-        growth, allowance = level.get("backlog_growth"), level.get("backlog_allowance")
-        if growth is not None and allowance is not None and growth > allowance:
-            broken.append(
-                f"backlog grew by {growth:.0f} requests in the window > {allowance:.1f} (completions fall behind arrivals)"
-            )
+        growth, ci, critical = level.get("growth"), level.get("growth_ci") or 0.0, self.critical_growth(level)
+        if growth is not None and critical is not None:
+            judged = growth if level.get("decisive") else growth - ci
+            if judged > critical:
+                within = f"{self._headroom(level):.2g} s of wait within {level.get('horizon_s', 0):.0f} s"
+                broken.append(
+                    f"requests in the system grew {growth:.3g} +- {ci:.2g}/s > {critical:.2g}/s, what adds {within} "
+                    "(completions fall behind arrivals)"
+                )
         return broken
+
+    def critical_growth(self, level: Mapping[str, Any]) -> float | None:
+        """The growth of requests in the system (per second) that breaks the SLO within the
+        level's ``horizon_s`` (how long the load must hold: the confirmation's length): a queue
+        growing by g a second adds g x horizon requests, which wait g x horizon / completion rate
+        seconds more, so g* = completion rate x headroom / horizon, where the headroom is the TTFT
+        target less the level's TTFT p99 (without a TTFT target: the request timeout less its E2E
+        p99, past which requests fail). None where the level is no open loop or says no horizon."""
+        horizon, done = level.get("horizon_s"), level.get("completion_rate")
+        if not horizon or done is None or level.get("growth") is None:
+            return None
+        return max(0.0, float(done) * self._headroom(level) / float(horizon))
+
+    def _headroom(self, level: Mapping[str, Any]) -> float:
+        if self.ttft_p99 is not None:
+            return max(0.0, self.ttft_p99 - (level.get("ttft_p99") or 0.0))
+        return max(0.0, (level.get("request_timeout") or 0.0) - (level.get("e2e_p99") or 0.0))
 
 
 class SloProbeSpec(_ProbeSpec):
@@ -313,7 +335,15 @@ class SloProbeSpec(_ProbeSpec):
 
     ``mode: rate`` searches the open-loop answer instead: Poisson arrivals at a request rate (as
     ``vllm bench serve --request-rate``), from ``start_rate`` per second doubling up to
-    ``max_rate`` or the first break, then bisecting to ``resolution`` (default 10 %)."""
+    ``max_rate`` or the first break, then bisecting to ``resolution`` (default 10 %).
+
+    Before a level becomes the answer it holds once more on the same server for ``hold`` seconds
+    (default: 60 on GPU spaces, 0 = off on CPU ones, set when the space loads), extended up to
+    ``hold_max`` (default 3 x ``hold``) while an open loop's growth is undecided; one that does
+    not hold counts as broken and the search goes on below it (at most ``holds`` such levels).
+    ``horizon``: how long an answer must hold (seconds; default: the space's
+    ``remeasure.confirm``, else 10 minutes): an open-loop level breaks the SLO where its queue
+    grows fast enough to break it within that long (:meth:`SloTargets.critical_growth`)."""
 
     mode: Literal["concurrency", "rate"] = "concurrency"
     start: int = Field(1, ge=1)
@@ -322,14 +352,32 @@ class SloProbeSpec(_ProbeSpec):
     max_rate: float | None = Field(None, gt=0)
     max_levels: int = Field(6, ge=2, le=40)
     resolution: float = Field(0.0, ge=0, lt=1)
+    hold: float | None = Field(None, ge=0)
+    hold_max: float | None = Field(None, ge=0)
+    holds: int = Field(3, ge=1, le=10)
+    horizon: float | None = Field(None, gt=0)
     targets: SloTargets | None = None
+
+    @field_validator("hold", "hold_max", "horizon", mode="before")
+    @classmethod
+    def _hold_seconds(cls, v: Any) -> float | None:
+        return None if v is None else parse_duration(v)
+
+    @model_validator(mode="after")
+    def _hold_within_max(self) -> SloProbeSpec:
+        if self.hold is not None and self.hold_max is not None and self.hold_max < self.hold:
+            raise ValueError(f"hold_max ({self.hold_max:g}s) is shorter than hold ({self.hold:g}s)")
+        return self
 
 
 class ConfirmProbeSpec(_ProbeSpec):
     """One long level at a config's SLO answer (see probes.confirm): ``concurrency`` clients
     (closed loop) or Poisson arrivals at ``rate`` per second (open loop), with ``load``'s workload,
     for ``duration`` (default 10 minutes, MLPerf LoadGen's minimum run), figures per ``slice``
-    (default a minute) against ``targets``. `tune validate --confirm` and the end of `tune run`
+    (default a minute) against ``targets``. A run that does not hold ends at the first slice that
+    breaks the SLO and the load steps down by ``step`` (10 %; a closed loop at least one client),
+    on the same server once it has drained, until a run holds for ``duration``, at most ``steps``
+    times and within ``budget`` seconds. `tune validate --confirm` and the end of `tune run`
     (``remeasure.confirm``) build it from the pick; a space may state one too."""
 
     concurrency: int | None = Field(None, ge=1)
@@ -338,11 +386,19 @@ class ConfirmProbeSpec(_ProbeSpec):
     slice: float = Field(60.0, gt=0)
     load: LoadProbeSpec = Field(default_factory=LoadProbeSpec)
     targets: SloTargets | None = None
+    step: float = Field(0.1, gt=0, lt=1)  # a run that does not hold steps the load down by this share
+    steps: int = Field(3, ge=0, le=20)  # at most this many steps below the answer
+    budget: float | None = Field(None, gt=0)  # seconds for every run together: a step that cannot finish is not started
 
     @field_validator("duration", "slice", mode="before")
     @classmethod
     def _seconds(cls, v: Any) -> float:
         return parse_duration(v)
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> float | None:
+        return None if v is None else parse_duration(v)
 
     @model_validator(mode="after")
     def _one_answer(self) -> ConfirmProbeSpec:

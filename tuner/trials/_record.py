@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.metrics import SLO_CONCURRENCY, SLO_CONCURRENCY_VIOLATED, SLO_GOODPUT, SLO_GOODPUT_CI, SLO_RATE, SLO_RATE_VIOLATED
 from tuner.trials import _keys as k
 
 __all__ = ["Kind", "StudyRecord", "TrialRecord", "read_lease", "read_study", "read_trials"]
@@ -78,22 +79,36 @@ class TrialRecord:
     node: str | None = None
     revalidated: Mapping[str, Any] | None = None
     confirmed: Mapping[str, Any] | None = None  # its long run at its SLO answer (tuner.confirm), when any
+    # the SLO figures the search stored, where a confirmation corrected them (``metrics`` and
+    # ``values`` then hold the confirmed answer: :func:`corrected_metrics`)
+    searched: Mapping[str, float] | None = None
 
     @classmethod
     def of(
-        cls, trial: FrozenTrial, revalidated: Mapping[str, Any] | None = None, confirmed: Mapping[str, Any] | None = None
+        cls,
+        trial: FrozenTrial,
+        revalidated: Mapping[str, Any] | None = None,
+        confirmed: Mapping[str, Any] | None = None,
+        objectives: Sequence[str] = (),
     ) -> TrialRecord:
+        """``objectives``: the metric behind each objective value, so that a corrected SLO answer
+        replaces the value (and each re-run's) it stands for."""
         a = trial.user_attrs
+        stored = a.get(k.METRICS) or {}
+        metrics = corrected_metrics(stored, confirmed)
+        values = tuple(trial.values) if trial.values is not None else None
+        if metrics is not None:
+            values, revalidated = _corrected_values(values, revalidated, metrics, objectives)
         return cls(
             number=trial.number,
             state=trial.state,
             params=dict(trial.params),
-            values=tuple(trial.values) if trial.values is not None else None,
+            values=values,
             constraints=named_constraints(trial.constraints),
             kind=_kind(a),
             datetime_start=trial.datetime_start,
             datetime_complete=trial.datetime_complete,
-            metrics=a.get(k.METRICS) or {},
+            metrics=metrics if metrics is not None else stored,
             capacity=a.get(k.CAPACITY) or {},
             timings=a.get(k.TIMINGS) or {},
             launch=a.get(k.LAUNCH) or None,
@@ -112,6 +127,7 @@ class TrialRecord:
             node=a.get(k.NODE),
             revalidated=revalidated,
             confirmed=confirmed,
+            searched=stored if metrics is not None else None,
         )
 
     @property
@@ -201,6 +217,58 @@ class StudyRecord:
         return [t for t in self.trials if t.state in states]
 
 
+def corrected_metrics(metrics: Mapping[str, float], confirmed: Mapping[str, Any] | None) -> dict[str, float] | None:
+    """The trial's metrics with the SLO answer its confirmation found to hold below the search's
+    (a run at the answer broke, a step down held throughout: tuner.confirm): the answer, its
+    goodput and CI, and the lowest load that broke above it. None where nothing was corrected."""
+    kept = (confirmed or {}).get("confirmed_answer")
+    if not kept or dict(kept) == dict((confirmed or {}).get("answer") or {}):
+        return None
+    assert confirmed is not None
+    rate = "rate" in kept
+    answer, violated = (SLO_RATE, SLO_RATE_VIOLATED) if rate else (SLO_CONCURRENCY, SLO_CONCURRENCY_VIOLATED)
+    at = float(kept["rate" if rate else "concurrency"])
+    found = {**metrics, answer: at}
+    if confirmed.get("confirmed_goodput") is not None:
+        found[SLO_GOODPUT] = float(confirmed["confirmed_goodput"])
+    found.pop(SLO_GOODPUT_CI, None)
+    if confirmed.get("confirmed_ci") is not None:
+        found[SLO_GOODPUT_CI] = float(confirmed["confirmed_ci"])
+    above = [float(r["at"]) for r in confirmed.get("runs") or () if not r.get("held") and float(r.get("at", 0)) > at]
+    if above:
+        found[violated] = min([*above, metrics.get(violated, float("inf"))])
+    return found
+
+
+def _corrected_values(
+    values: tuple[float, ...] | None,
+    revalidated: Mapping[str, Any] | None,
+    metrics: Mapping[str, float],
+    objectives: Sequence[str],
+) -> tuple[tuple[float, ...] | None, Mapping[str, Any] | None]:
+    """The objective values (and each fresh-server run's) with the corrected SLO figures: the long
+    run at the confirmed answer stands for the config, not the short windows of the search."""
+    where = {j: metrics[name] for j, name in enumerate(objectives) if name in (SLO_GOODPUT, SLO_RATE, SLO_CONCURRENCY)}
+    if not where:
+        return values, revalidated
+
+    def fixed(row: Sequence[float]) -> list[float]:
+        return [where.get(j, v) for j, v in enumerate(row)]
+
+    if values is not None and len(values) == len(objectives):
+        values = tuple(fixed(values))
+    if revalidated and revalidated.get("runs"):
+        runs = [fixed(run) if len(run) == len(objectives) else list(run) for run in revalidated["runs"]]
+        revalidated = {**revalidated, "runs": runs}
+    return values, revalidated
+
+
+def _objective_names(attrs: Mapping[str, Any], names: Sequence[str] | None) -> list[str]:
+    """The metric behind each objective, as the study stored its objective set (else its metric names)."""
+    stored = (attrs.get(k.OBJECTIVES) or {}).get("objectives") or []
+    return [o.get("metric", "") for o in stored] or list(names or [])
+
+
 def _per_trial(attrs: Mapping[str, Any], key: str) -> dict[int, Mapping[str, Any]]:
     """The study attrs ``<key>.<trial number>``, by trial number."""
     prefix = f"{key}."
@@ -227,7 +295,10 @@ def read_study(study: optuna.Study, *, states: Sequence[TrialState] | None = Non
         noise=attrs.get(k.NOISE) or {},
         revalidated=revalidated,
         lease=lease if isinstance(lease, dict) and lease else None,
-        trials=tuple(TrialRecord.of(t, revalidated.get(t.number), confirmed.get(t.number)) for t in frozen),
+        trials=tuple(
+            TrialRecord.of(t, revalidated.get(t.number), confirmed.get(t.number), _objective_names(attrs, study.metric_names))
+            for t in frozen
+        ),
         confirmed=confirmed,
         noise_prior=attrs.get(k.NOISE_PRIOR) or None,
         frozen=tuple(frozen),

@@ -1,0 +1,84 @@
+"""A load level starts on a drained server: nothing of the level before it still in flight.
+
+A level's clients are cancelled when its window closes, but the engine may go on with what they
+sent (llama-server finishes a slot's request until it notices the hang-up; a queue an overloaded
+level built is worked off). A level started then measures the last one's backlog: after a level
+that broke, the next would break too, and the search is biased toward "break". :func:`drain`
+waits until the engine's own count of requests in flight (running and queued) is zero
+(:attr:`~tuner.probes.ServerHandle.in_flight_source`), or, where the engine keeps no such count,
+until a 1-token request is answered about as fast as on the idle server; both with a bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from tuner.engines import counter_total
+from tuner.probes._base import ServerHandle
+
+__all__ = ["drain", "in_flight"]
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.2
+BOUND_S = 120.0  # a server still busy after this is measured anyway (and the level says so)
+
+
+async def in_flight(client: httpx.AsyncClient, server: ServerHandle) -> int | None:
+    """Requests the engine has in flight by its own count; None where it keeps none we can read."""
+    if server.in_flight_source is None:
+        return None
+    path, names = server.in_flight_source
+    try:
+        reply = await client.get(f"{server.url}{path}", headers=server.headers, timeout=5.0)
+    except httpx.HTTPError:
+        return None
+    if reply.status_code != 200:
+        return None
+    if path == "/metrics":
+        found = [counter_total(reply.text, name) for name in names]
+        return None if all(v is None for v in found) else int(sum(v or 0.0 for v in found))
+    try:
+        items = reply.json()
+    except ValueError:
+        return None
+    if not isinstance(items, list):
+        return None
+    return sum(1 for item in items if isinstance(item, dict) and any(item.get(flag) for flag in names))
+
+
+async def drain(
+    client: httpx.AsyncClient,
+    server: ServerHandle,
+    ping: Any = None,
+    *,
+    idle_s: float | None = None,
+    bound: float = BOUND_S,
+) -> dict[str, Any]:
+    """Wait until ``server`` has nothing in flight (at most ``bound`` seconds). Without the
+    engine's count, ``ping()`` (an awaitable 1-token request, returning its seconds or None) is
+    timed until it is within twice ``idle_s`` (its time on the idle server) plus 50 ms. Returns
+    what the level stores: ``drain_s``, ``drained`` and how it was judged (``drained_by``)."""
+    began = time.perf_counter()
+    by = "engine count"
+    while True:
+        left = await in_flight(client, server)
+        if left is None:
+            by = "1-token request"
+            if ping is None or idle_s is None:
+                return {"drain_s": 0.0, "drained": None, "drained_by": "nothing to judge by"}
+            took = await ping()
+            if took is not None and took <= 2 * idle_s + 0.05:
+                break
+        elif left == 0:
+            break
+        if time.perf_counter() - began >= bound:
+            logger.warning("the server still had requests in flight %.0fs after the last level (%s): measuring anyway", bound, by)
+            return {"drain_s": time.perf_counter() - began, "drained": False, "drained_by": by}
+        await asyncio.sleep(POLL_S)
+    return {"drain_s": time.perf_counter() - began, "drained": True, "drained_by": by}
