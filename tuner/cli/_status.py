@@ -118,7 +118,8 @@ def slo_load(metrics: Mapping[str, float]) -> str | None:
     broke = f", {metrics[SLO_CONCURRENCY_VIOLATED]:.0f} break it" if SLO_CONCURRENCY_VIOLATED in metrics else ""
     names = [name for name in ("ttft", "itl", "tpot") if f"slo.{name}_p99" in metrics]
     p99 = "/".join(f"{metrics[f'slo.{name}_p99'] * 1000:,.0f}" for name in names)
-    return f"within the SLO: {n} concurrent client{'s' if n != 1 else ''}{broke}; {'/'.join(n.upper() for n in names)} p99 {p99} ms{_held(metrics)}"
+    shown = "/".join(name.upper() for name in names)
+    return f"within the SLO: {n} concurrent client{'s' if n != 1 else ''}{broke}; {shown} p99 {p99} ms{_held(metrics)}"
 
 
 def gain_lines(study: StudyRecord) -> list[str]:
