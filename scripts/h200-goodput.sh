@@ -11,6 +11,7 @@
 #   PHASE=confirm CONFIRM=7m STEPS=3           # the pick at its SLO answer for CONFIRM on a fresh server (tune validate --confirm),
 #                                              # stepping down 10 % (at most STEPS times) where it breaks
 #   STUDY=h200-sglang-goodput-rate ...         # SGLang (issue 45): a study named *sglang* installs the SGLang parts (/tmp/sg)
+#   EXECUTOR=inline                            # tune: no Ray (the deps built with NO_RAY=1 scripts/gpu-parts.sh)
 #   DB=path/study.db                           # any phase: start from this committed study when runs/ has none
 #                                              # (default docs/data/goodput/$STUDY.db)
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
@@ -27,7 +28,7 @@ if [ ! -f "runs/$study/study.db" ] && [ -f "$db" ]; then mkdir -p "runs/$study" 
 if [ "${PHASE:-tune}" = tune ]; then
   hard=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 25 ))
   timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "search_spaces/$study.yaml" --no-remeasure \
-    --study "$study" --timeout "$(( hard - 70 ))s"
+    --study "$study" --timeout "$(( hard - 70 ))s" ${EXECUTOR:+--executor "$EXECUTOR"}
   echo "tune exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner trials --study "$study" --format csv --out "$out/$study-trials.csv"
   python3 -m tuner limits --study "$study" --trial "$(STUDY=$study python3 - <<'PY'

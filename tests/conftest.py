@@ -270,7 +270,9 @@ def handle(server):  # a ServerProcess in, a ServerHandle out
 
     cap = engines.get("llamacpp").capacity(server.log_text(), None, None)
     adapter = engines.get("llamacpp")
-    return ServerHandle(server.url, server.model, cap, cached_tokens_field=adapter.cached_tokens_field)
+    return ServerHandle(
+        server.url, server.model, cap, cached_tokens_field=adapter.cached_tokens_field, in_flight_source=adapter.in_flight_source
+    )
 
 
 def assert_group_gone(pgid: int) -> None:

@@ -102,6 +102,35 @@ def _tune(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.Comple
 
 
 @pytest.mark.integration
+@pytest.mark.quiet  # the SLO sits between one client's TTFT and two clients' on one slot: a verdict on timings
+def test_a_confirmation_that_breaks_steps_the_answer_down_and_confirms_the_load_below(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
+    """llama-server with one slot: a second client waits a whole request for it, so its TTFT is
+    many times one client's. A confirmation at 2 clients with the TTFT target at 3x one client's
+    median breaks in its first slice and stops there; the server drains, 1 client runs the whole
+    length and holds: the confirmed answer is 1, both runs kept."""
+    from tests.conftest import handle, llama_server_process
+    from tuner.probes import ConfirmProbe, LoadProbe
+
+    load = LoadProbeSpec(concurrency=[1], prompt_tokens=32, output_tokens=64, duration=3, max_duration=4, warmup=1)
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 1}) as server:
+        server.wait_ready()
+        solo = LoadProbe(load).run(handle(server)).details["levels"]["1"]
+        targets = SloTargets(ttft_p99=3 * solo["ttft_p50"], error_rate=0.0)
+        spec = ConfirmProbeSpec(concurrency=2, duration=9, slice=3, load=load, targets=targets)
+        result = ConfirmProbe(spec).run(handle(server))
+    assert len(result.details["runs"]) == 2, result.details
+    first, second = result.details["runs"]
+    assert not first["held"] and first["ended_early"] and first["seconds"] < 7, first
+    assert any(b.startswith("ttft_p99") for s in first["slices"] for b in s["broke"]) or first["broke"], first
+    assert second["at"] == 1 and second["held"] and second["seconds"] == pytest.approx(9, abs=1), second
+    assert second["drained"] is True, second
+    assert result.metrics["held"] == 0.0 and result.metrics["confirmed"] == 1.0 and result.metrics["steps"] == 1
+    assert result.details["confirmed"] == {"concurrency": 1.0}
+
+
+@pytest.mark.integration
 def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_command_says_so(
     tmp_path: Path, llama_server: Path
 ) -> None:

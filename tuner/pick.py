@@ -72,6 +72,9 @@ class Candidate:
         if found := self.trial.confirmed:  # its long run at its SLO answer (tuner.confirm)
             verdict = "no result" if found.get("failure") else "held" if found.get("held") else "NOT held"
             text += f"; confirmed: {verdict} over {found.get('seconds', 0.0) / 60:.0f} min at its SLO answer"
+            if (kept := found.get("confirmed_answer")) and not found.get("held"):
+                at = ", ".join(f"{v:g} {'requests/s' if k == 'rate' else 'clients'}" for k, v in kept.items())
+                text += f", held a step below it: {at} (the answer now)"
         return text
 
 

@@ -5,9 +5,12 @@ Modes (``--mode``):
              so a client measured against it is the bottleneck, not this server)
   midstream  send half the tokens, then an error event and close: a 500 in the middle of a stream
   reject     answer 429 at once when more than ``--capacity`` requests are in flight
-Also answers /tokenize (one token per word) and /health. ``--each``: every event in a write of its
-own (as an engine streams: one read per token on the client), not all of them in one. Never the
-engine a feature is proven on.
+Also answers /tokenize (one token per word), /health and /arrivals (when each completion request
+arrived, its body read, in this machine's monotonic clock: what the server counted). ``--each``:
+every event in a write of its own (as an engine streams: one read per token on the client), not
+all of them in one. ``--service R``: a slow queue: requests are served one after another, first
+in first out, R a second (each answer starts when its turn comes). Never the engine a feature is
+proven on.
 """
 
 from __future__ import annotations
@@ -29,9 +32,13 @@ def _event(data: dict) -> bytes:
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
-def make_handler(mode: str, capacity: int, hold: float, each: bool = False) -> type[BaseHTTPRequestHandler]:
+def make_handler(
+    mode: str, capacity: int, hold: float, each: bool = False, service: float | None = None
+) -> type[BaseHTTPRequestHandler]:
     in_flight = [0]
     lock = threading.Lock()
+    arrivals: list[float] = []
+    free_at = [0.0]  # --service: when the queue's server is next free
     token = _event({"choices": [{"index": 0, "text": "x"}]})
 
     class Handler(BaseHTTPRequestHandler):
@@ -52,6 +59,10 @@ def make_handler(mode: str, capacity: int, hold: float, each: bool = False) -> t
             self.wfile.write(data)
 
         def do_GET(self) -> None:
+            if self.path == "/arrivals":
+                with lock:
+                    self._json(200, {"arrivals": list(arrivals)})
+                return
             self._json(200, {"status": "ok"})
 
         def do_POST(self) -> None:
@@ -61,12 +72,17 @@ def make_handler(mode: str, capacity: int, hold: float, each: bool = False) -> t
                 self._json(200, {"tokens": list(range(len(text.split())))})
                 return
             with lock:
+                arrivals.append(time.perf_counter())
                 in_flight[0] += 1
                 over = mode == "reject" and in_flight[0] > capacity
+                served = max(arrivals[-1], free_at[0]) + 1 / service if service else 0.0  # its turn, then its service
+                free_at[0] = served
             try:
                 if over:
                     self._json(429, {"error": {"message": "server busy", "type": "too_many_requests"}})
                     return
+                if service and (wait := served - time.perf_counter()) > 0:
+                    time.sleep(wait)  # its turn in the queue, served at --service a second
                 self._stream(int(body.get("max_tokens", 16)), len(str(body.get("prompt", "")).split()))
             finally:
                 with lock:
@@ -109,8 +125,10 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def serve(port: int, mode: str = "ok", capacity: int = 2, hold: float = 0.0, each: bool = False) -> ThreadingHTTPServer:
-    server = _Server(("127.0.0.1", port), make_handler(mode, capacity, hold, each))
+def serve(
+    port: int, mode: str = "ok", capacity: int = 2, hold: float = 0.0, each: bool = False, service: float | None = None
+) -> ThreadingHTTPServer:
+    server = _Server(("127.0.0.1", port), make_handler(mode, capacity, hold, each, service))
     server.daemon_threads = True
     return server
 
@@ -147,5 +165,6 @@ if __name__ == "__main__":
     parser.add_argument("--capacity", type=int, default=2)
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--each", action="store_true")
+    parser.add_argument("--service", type=float, default=None)
     args = parser.parse_args()
-    serve(args.port, args.mode, args.capacity, args.hold, args.each).serve_forever()
+    serve(args.port, args.mode, args.capacity, args.hold, args.each, args.service).serve_forever()

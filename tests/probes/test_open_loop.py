@@ -236,3 +236,90 @@ def test_senders_end_when_the_process_that_started_them_is_killed(tmp_path: Path
     for pid in alive:  # never leave one behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert alive == [], f"senders {alive} outlived the killed probe"
+
+
+def _counted(url: str, window: list[float]) -> float:
+    """Requests the server saw arrive in ``window`` (its own count, this machine's monotonic clock), per second."""
+    arrivals = httpx.get(f"{url}/arrivals", timeout=10).json()["arrivals"]
+    start, end = window
+    return sum(1 for t in arrivals if start <= t < end) / (end - start)
+
+
+@pytest.mark.integration
+@pytest.mark.quiet  # timing: what one sender core delivers is measured
+def test_the_achieved_rate_is_what_the_server_counted_also_from_a_saturated_sender_core() -> None:
+    """A request counts as sent when its bytes are written, not when its task is created: below one
+    core's ceiling and at three times it (one sender, its event loop saturated), the level's
+    achieved rate is within 3 % of the arrivals the server itself counted in the same window."""
+    for rate in (0.5 * CEILING.headroom * CEILING.rate(64), 3 * CEILING.rate(64)):
+        with running(first_port=34000) as (url, _):
+            summary, _ = _level(url, rate, cores=1)
+            server = _counted(url, summary["window_at"])
+        assert summary["achieved_rate"] == pytest.approx(server, rel=0.03), (rate, server, summary["achieved_over_offered"])
+
+
+def _hold(url: str, rate: float, ttft: float) -> tuple[dict[str, Any], list[str]]:
+    """One hold level at ``rate`` (40 s, up to 120 s while its growth is undecided), as the SLO
+    probe runs it before a rate becomes its answer: its figures and what it broke."""
+    from tuner.probes import SloProbe
+
+    load = LoadProbeSpec(prompt_tokens=8, output_tokens=16, duration=5, max_duration=5, warmup=5)
+    targets = SloTargets(ttft_p99=ttft)
+    slo = SloProbe(SloProbeSpec(mode="rate", hold=40, hold_max=120, horizon=600, targets=targets), load=load)
+    window = slo.hold_window()
+    server = ServerHandle(url, "m", Capacity())
+
+    async def run() -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            prompts = await slo.load.prompts(client, server)
+        with Senders() as senders:
+            return await slo.load.rate_level(senders, server, prompts, rate, seed=3, window=window)
+
+    level = slo.stamped(asyncio.run(run()), decisive=True)
+    return level, targets.violated(level)
+
+
+@pytest.mark.integration
+@pytest.mark.quiet  # timing: a slow queue's growth against a sender that must keep its schedule
+def test_a_queue_served_at_97_percent_of_the_offered_rate_is_never_held_and_one_at_80_percent_is() -> None:
+    """A fault server that serves requests one after another at 97 a second, offered 100 a second:
+    a queue grows by 3 a second, which a 10-second window shows as noise but which would add
+    minutes of wait within a 10-minute confirmation. The hold level breaks on it (its TTFT target
+    of 5 s would hold for its length). The same server at 125 a second (80 % busy) holds."""
+    with running("--service", "97", first_port=34000) as (url, _):
+        slow, broke = _hold(url, 100.0, ttft=5.0)
+    with running("--service", "125", first_port=34000) as (url, _):
+        fine, held = _hold(url, 100.0, ttft=5.0)
+    assert not slow["client_bound"] and not fine["client_bound"], (slow, fine)
+    assert broke and slow["growth"] > 1.0, (broke, slow)
+    assert held == [] and abs(fine["growth"]) < 1.0, (held, fine)
+
+
+@pytest.mark.integration
+@pytest.mark.quiet  # timing: a queue built and drained at a known rate
+def test_a_level_after_one_that_broke_starts_on_a_drained_server() -> None:
+    """An overloaded level leaves a queue behind on the server (here a fault server serving 40 a
+    second first in, first out, offered 80 a second for 5 s: ~200 requests that go on being
+    served after the client hung up). Before the next level the probe waits until a 1-token
+    request is answered about as fast as on the idle server (this server keeps no count of what
+    it has in flight): the wait is what the backlog needs, and after it the server is idle."""
+    load = LoadProbeSpec(prompt_tokens=8, output_tokens=16, duration=5, max_duration=5, warmup=1)
+    probe = LoadProbe(load)
+    with running("--service", "40", first_port=34000) as (url, _):
+        server = ServerHandle(url, "m", Capacity())
+
+        async def run() -> tuple[dict[str, Any], dict[str, Any], float]:
+            async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
+                prompts = await probe.prompts(client, server)
+                with Senders() as senders:
+                    broke = await probe.rate_level(senders, server, prompts, 80.0, seed=1)
+                settled = await probe.settle(client, server)
+                began = time.perf_counter()
+                await client.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 1})
+                return broke, settled, time.perf_counter() - began
+
+        broke, settled, after = asyncio.run(run())
+    assert broke["growth"] > 20, broke  # arrivals 80/s, completions 40/s
+    assert settled["drained"] is True and settled["drained_by"] == "1-token request", settled
+    assert settled["drain_s"] > 1.0, settled  # the backlog took its time
+    assert after < 0.5, after  # and the next request found the server idle

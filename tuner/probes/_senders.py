@@ -136,8 +136,10 @@ class Plan:
 
 
 # A delta: (arrival index, started, sent, ttft, e2e, new stamps, prompt_tokens, completion_tokens,
-# cached_tokens, error, ok, cancelled, queued)
-Delta = tuple[int, float, float | None, float | None, float | None, list[float], Any, Any, Any, Any, bool, bool, float | None]
+# cached_tokens, error, ok, cancelled, queued, at_gate)
+Delta = tuple[
+    int, float, float | None, float | None, float | None, list[float], Any, Any, Any, Any, bool, bool, float | None, float | None
+]
 
 
 @dataclass
@@ -243,12 +245,12 @@ class Level:
                 proc.stopped.set()
 
     def _merge(self, deltas: list[Delta]) -> None:
-        for i, started, sent, ttft, e2e, stamps, prompt, completion, cached, error, ok, cancelled, queued in deltas:
+        for i, started, sent, ttft, e2e, stamps, prompt, completion, cached, error, ok, cancelled, queued, at_gate in deltas:
             rec = self._mirror.get(i)
             if rec is None:
                 rec = self._mirror[i] = RequestRecord(ok=False, started=started)
                 self._records.append(rec)
-            rec.sent, rec.queued = sent, queued  # written after its first delta, where it waited at the cap
+            rec.sent, rec.queued, rec.at_gate = sent, queued, at_gate  # written after its first delta, where it waited at the cap
             rec.stamps.extend(stamps)
             rec.ttft, rec.e2e, rec.error, rec.ok, rec.cancelled = ttft, e2e, error, ok, cancelled
             rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = prompt, completion, cached
@@ -342,16 +344,16 @@ async def _serve(commands: Connection, out: Connection) -> None:
 async def _level(plan: Plan, client: httpx.AsyncClient, inbox: asyncio.Queue[tuple[Any, ...] | None], out: Connection) -> bool:
     """Send this sender's share of the level's arrivals until told to stop; False: the parent is gone."""
     live: dict[int, RequestRecord] = {}
-    shipped: dict[int, tuple[int, bool]] = {}
+    shipped: dict[int, tuple[int, bool, bool]] = {}
     tasks: set[asyncio.Task[Any]] = set()  # in flight only: a finished one is dropped (a 10-minute run starts ~10^5)
     gate = asyncio.Semaphore(plan.cap)
 
     async def one(i: int, rec: RequestRecord) -> None:
         body = with_prompt(plan.body, plan.api, plan.prompt(plan.first_request + i))
         try:
-            waited = time.perf_counter()
+            rec.at_gate = time.perf_counter()
             async with gate:
-                rec.queued = time.perf_counter() - waited  # at the in-flight cap: the server's queue, not the client's lag
+                rec.queued = time.perf_counter() - rec.at_gate  # at the in-flight cap: the server's queue, not the client's lag
                 await stream_request(
                     client, plan.url, body, plan.headers, rec=rec, cached_field=plan.cached_field, arrived=rec.started
                 )
@@ -386,20 +388,20 @@ async def _level(plan: Plan, client: httpx.AsyncClient, inbox: asyncio.Queue[tup
     return msg is not None and msg[0] != "exit"
 
 
-def _flush(live: dict[int, RequestRecord], shipped: dict[int, tuple[int, bool]], out: Connection) -> None:
+def _flush(live: dict[int, RequestRecord], shipped: dict[int, tuple[int, bool, bool]], out: Connection) -> None:
     """Ship what changed since the last flush: new arrivals, a request's bytes written, new stamps,
     ends (then forgotten)."""
     deltas: list[Delta] = []
     for i, rec in list(live.items()):
         had = shipped.get(i)
         done = rec.e2e is not None or rec.cancelled
-        now = (len(rec.stamps), rec.sent is not None)
+        now = (len(rec.stamps), rec.sent is not None, rec.at_gate is not None)
         if had == now and not done:
             continue
         new = rec.stamps[had[0] if had else 0 :]
         deltas.append(
             (i, rec.started, rec.sent, rec.ttft, rec.e2e, new, rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens,
-             rec.error, rec.ok, rec.cancelled, rec.queued)
+             rec.error, rec.ok, rec.cancelled, rec.queued, rec.at_gate)
         )  # fmt: skip
         shipped[i] = now
         if done:

@@ -23,8 +23,9 @@ class RequestRecord:
     """One request as the client saw it. ``stamps``: arrival time of each streamed content chunk.
     ``started``: when the request arrived (open loop: its scheduled arrival); ``sent``: when its
     bytes were written to the connection (httpx's ``trace`` extension: a client whose event loop
-    is saturated writes late, and this says so); ``queued``: seconds it waited at the open loop's
-    in-flight cap before it could be written (the server's queue, held on the client)."""
+    is saturated writes late, and this says so); ``at_gate``: when the open loop's sender got to
+    it and put it to its in-flight cap, ``queued``: the seconds it waited there before it could be
+    written (the server's queue, held on the client)."""
 
     ok: bool
     started: float
@@ -38,6 +39,7 @@ class RequestRecord:
     cancelled: bool = False
     sent: float | None = None
     queued: float | None = None
+    at_gate: float | None = None
 
     @property
     def chunks(self) -> int:

@@ -185,7 +185,7 @@ def verdict(spec: ConfirmProbeSpec, runs: list[dict[str, Any]]) -> ProbeResult:
         "broke": first["broke"],
         "slices": first["slices"],
         "window": first["window"],
-        "runs": [{k: v for k, v in r.items() if k != "window"} | {"window_s": r["seconds"]} for r in runs],
+        "runs": [_kept(r) for r in runs],
         "confirmed": {key: kept["at"]} if kept else None,
     }
     logger.info(
@@ -193,6 +193,14 @@ def verdict(spec: ConfirmProbeSpec, runs: list[dict[str, Any]]) -> ProbeResult:
         f"; confirmed at {kept['at']:g} after {len(runs) - 1} step(s)" if kept and kept is not first else "",
     )  # fmt: skip
     return ProbeResult("confirm", metrics, details)
+
+
+def _kept(run: dict[str, Any]) -> dict[str, Any]:
+    """A run as the result keeps it: its verdict, slices and growth, and of its window what says
+    how it started (drained) and what it delivered."""
+    window = run["window"]
+    keep = ("drained", "drain_s", "achieved_over_offered", "completion_rate", "ttft_p99", "itl_p99", "tpot_p99", "error_rate")
+    return {**{k: v for k, v in run.items() if k != "window"}, **{k: window.get(k) for k in keep if k in window}}
 
 
 def drift(rates: list[float]) -> float:

@@ -15,6 +15,7 @@ import bisect
 import itertools
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,7 +33,7 @@ from tuner.probes._stream import RequestRecord, stop_clients, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.records import Capacity, ProbeResult
 from tuner.space.schema import LoadProbeSpec
-from tuner.stats import batch_means, percentiles, trend
+from tuner.stats import Trend, batch_means, percentiles, trend
 
 __all__ = [
     "PER_GPU",
@@ -71,12 +72,14 @@ class Window:
     """How long one level measures: at least ``least`` seconds, at most ``most``. Past ``least`` it
     goes on while the throughput CI is wider than the spec's target or ``more(figures)`` says so
     (an open loop whose growth is undecided); ``enough(figures)`` ends it early (a long run one of
-    whose slices broke the SLO already). Both see :meth:`LoadProbe.figures_so_far`."""
+    whose slices broke the SLO already). Both see :meth:`LoadProbe.figures_so_far`. Without
+    ``ci``, the throughput CI asks for no more time (a hold: its length is what is asked)."""
 
     least: float
     most: float
     more: Callable[[dict[str, Any]], bool] | None = None
     enough: Callable[[dict[str, Any]], bool] | None = None
+    ci: bool = True
 
 
 class LoadProbe(Probe):
@@ -346,13 +349,16 @@ class LoadProbe(Probe):
         and ``window.more`` asks for no more time, or to ``window.most``; ``window.enough`` ends it
         at once. Returns (end, whether the CI target was met)."""
         spec = self.spec
-        end = start + window.least
         step = min(max(window.least / 4, 0.5), STEP_MAX_S)
+        end = start + (min(step, window.least) if window.enough is not None else window.least)
         while True:
             await asyncio.sleep(max(0.0, end - time.perf_counter()))
             now = time.perf_counter()
             if window.enough is not None and window.enough(self.figures_so_far(records, start, now)):
                 return now, False
+            if now - start < window.least:  # looking early only for ``enough``
+                end = min(now + step, start + window.least)
+                continue
             rates = batch_means(
                 [(r.stamps, r.tokens_per_chunk) for r in records], start, now, batch_count(records, now - start, spec.batches)
             )
@@ -362,7 +368,7 @@ class LoadProbe(Probe):
             if done and errors / len(done) > MAX_ERROR_RATE and errors >= 2:
                 return now, False  # failing, not slow: no point in measuring longer
             enough = len([r for r in done if r.ok]) >= (spec.requests or 0) and len(rates.rates) >= MIN_BATCHES
-            met = rel is not None and rel <= spec.ci_target and enough
+            met = (rel is not None and rel <= spec.ci_target and enough) or not window.ci
             if met and (window.more is None or not window.more(self.figures_so_far(records, start, now))):
                 return now, True
             if now - start >= window.most:
@@ -490,6 +496,7 @@ def summarize(
 DELIVERED_MIN = 0.97  # an open-loop level whose senders sent less of its schedule is client-bound
 SEND_LAG_MAX = 0.05  # s: so is one whose sends ran this late at p99 (a loop uniformly late still sends the count)
 GROWTH_BATCHES = (4, 10)  # sub-windows of the growth's trend: at least 4 (2 dof), at most 10, each >= 2 lifetimes
+GROWTH_MIN_ARRIVALS = 20  # a window with fewer has no trend worth fitting (the count's change stands in)
 
 
 def open_loop_figures(
@@ -498,18 +505,21 @@ def open_loop_figures(
     """What an open-loop level asked for and what it delivered, over the window ``[start, end)``.
 
     ``offered_rate``: the arrivals the schedule (the Poisson draw of ``rate`` from ``seed``, from
-    ``t0``) put in the window, per second; ``achieved_rate``: the requests the senders wrote to
-    the server in it (a request's bytes written, :attr:`RequestRecord.sent`, less any wait at the
-    in-flight cap, which is the server's queue, not the client's), ``achieved_over_offered`` their
-    ratio. ``send_lag_*``: seconds from a scheduled arrival to its bytes written, that wait left
-    out. ``client_bound``: delivery below :data:`DELIVERED_MIN` (the load was not offered);
+    ``t0``) put in the window, per second; ``achieved_rate``: the requests the senders delivered
+    in it: a request's bytes written (:attr:`RequestRecord.sent`) less any wait at the in-flight
+    cap, which is the server's queue, not the client's; one still waiting there, when it got to
+    the cap (``at_gate``). ``achieved_over_offered`` is their ratio, ``send_lag_*`` the seconds
+    from a scheduled arrival to that moment. ``client_bound``: delivery below :data:`DELIVERED_MIN` (the load was not offered);
     ``client_late``: a send lag p99 over :data:`SEND_LAG_MAX` (:func:`client_verdict` says what
     each means for the level's verdict). ``completion_rate``: requests that ended in the window,
     per second.
 
     ``growth``: how fast requests in the system (arrived, not ended: arrivals minus completions)
     grew over the window, per second, the least-squares trend of their batch means
-    (:func:`~tuner.stats.trend`), with its 95 % half-width ``growth_ci``; ``backlog_growth`` the
+    (:func:`~tuner.stats.trend`), with its 95 % half-width ``growth_ci`` (a window shorter than 4
+    batches of 2 request lifetimes, or of fewer than :data:`GROWTH_MIN_ARRIVALS` arrivals: the
+    count's change over the window, within twice the spread of two Poisson counts;
+    ``growth_batches`` 0); ``backlog_growth`` the
     count's change from the window's start to its end. Whether a growth breaks the SLO depends on
     the SLO and how long the load must hold (:meth:`~tuner.space.schema.SloTargets.critical_growth`)."""
     seconds = max(end - start, 1e-9)
@@ -519,8 +529,7 @@ def open_loop_figures(
             break
         due.append(t0 + offset)
     scheduled = sum(1 for t in due if t >= start)
-    wrote = [(r, r.sent - (r.queued or 0.0)) for r in records if r.sent is not None]
-    sent = [(r, at) for r, at in wrote if start <= at < end]
+    sent = [(r, at) for r in records if (at := delivered_at(r)) is not None and start <= at < end]
     lags = [at - r.started for r, at in sent]
     ends = sorted(r.ended for r in records if r.ended is not None)
 
@@ -530,8 +539,11 @@ def open_loop_figures(
     lives = sorted(r.e2e for r in records if r.ok and r.e2e and start <= (r.ended or 0) < end)
     life = lives[len(lives) // 2] if lives else seconds
     low, high = GROWTH_BATCHES
-    growth = trend(in_system, start, end, max(low, min(high, int(seconds / (2 * life)))))
     ended = bisect.bisect_left(ends, end) - bisect.bisect_left(ends, start)
+    if seconds >= 2 * low * life and scheduled >= GROWTH_MIN_ARRIVALS:
+        growth = trend(in_system, start, end, min(high, int(seconds / (2 * life))))
+    else:  # too short for a trend of independent batches: the count's change, with two Poisson counts' spread
+        growth = Trend((in_system(end) - in_system(start)) / seconds, 2 * math.sqrt(scheduled + ended + 1) / seconds, 0, seconds)
     delivered = len(sent) / scheduled if scheduled else 1.0
     points = [start + seconds * k / 10 for k in range(11)]
     figures: dict[str, Any] = {
@@ -551,6 +563,15 @@ def open_loop_figures(
     }
     figures.update({f"send_lag_p{p}": v for p, v in percentiles(lags, (50, 99)).items()})
     return figures
+
+
+def delivered_at(rec: RequestRecord) -> float | None:
+    """When the client delivered a request to the server: its bytes written, less its wait at the
+    open loop's in-flight cap (the server's queue, held on the client); one still waiting there,
+    when it got to it; None: not sent (yet)."""
+    if rec.sent is not None:
+        return rec.sent - (rec.queued or 0.0)
+    return rec.at_gate if rec.queued is None else None
 
 
 def client_verdict(level: Mapping[str, Any], broken: Sequence[str]) -> str | None:

@@ -104,15 +104,16 @@ class SloProbe(Probe):
         assert targets is not None
 
         def undecided(figures: dict[str, Any]) -> bool:
-            critical, growth = targets.critical_growth(self._stamped(figures)), figures.get("growth")
+            critical, growth = targets.critical_growth(self.stamped(figures)), figures.get("growth")
             if critical is None or growth is None:
                 return False
             ci = float(figures.get("growth_ci") or 0.0)
             return bool(float(growth) - ci <= critical < float(growth) + ci)
 
-        return Window(spec.hold, max(spec.hold, spec.hold_max or spec.hold), more=undecided if spec.mode == "rate" else None)
+        most = max(spec.hold, spec.hold_max or spec.hold)
+        return Window(spec.hold, most, more=undecided if spec.mode == "rate" else None, ci=False)
 
-    def _stamped(self, summary: dict[str, Any], *, decisive: bool = False) -> dict[str, Any]:
+    def stamped(self, summary: dict[str, Any], *, decisive: bool = False) -> dict[str, Any]:
         """A level's figures with what its verdict needs beside them: the horizon an answer must
         hold for, the request timeout, and whether it makes an answer (a hold)."""
         return {
@@ -140,7 +141,7 @@ class SloProbe(Probe):
             async def measure(level: int) -> dict[str, Any]:
                 progress.report(f"slo: {level} concurrent clients ({len(measured) + 1}/{spec.max_levels} levels)")
                 settled = await self.load.settle(client, server)
-                measured[level] = self._stamped({**await self.load.level(client, server, prompts, level), **settled})
+                measured[level] = self.stamped({**await self.load.level(client, server, prompts, level), **settled})
                 return measured[level]
 
             async def hold(level: float) -> dict[str, Any]:
@@ -148,7 +149,7 @@ class SloProbe(Probe):
                 progress.report(f"slo: holding {level:.0f} concurrent clients for {window.least:g}s")
                 settled = await self.load.settle(client, server)
                 summary = await self.load.level(client, server, prompts, int(level), window=window, slice_s=window.least / 3)
-                return self._stamped({**summary, **settled}, decisive=True)
+                return self.stamped({**summary, **settled}, decisive=True)
 
             outcome = await search(measure, targets, spec, top, dict(self._known), why, hold=hold if window else None)
         return self._result(outcome, measured, bound, why)
@@ -166,7 +167,7 @@ class SloProbe(Probe):
                     progress.report(f"slo: {rate:.3g} requests/s ({len(measured) + 1}/{spec.max_levels} levels)")
                     settled = await self.load.settle(client, server)
                     summary = await self.load.rate_level(senders, server, prompts, rate, seed=len(measured))
-                    measured[rate] = self._stamped({**summary, **settled})
+                    measured[rate] = self.stamped({**summary, **settled})
                     return measured[rate]
 
                 async def hold(rate: float) -> dict[str, Any]:
@@ -176,7 +177,7 @@ class SloProbe(Probe):
                     summary = await self.load.rate_level(
                         senders, server, prompts, rate, seed=100 + len(measured), window=window, slice_s=window.least / 3
                     )
-                    return self._stamped({**summary, **settled}, decisive=True)
+                    return self.stamped({**summary, **settled}, decisive=True)
 
                 outcome = await search_rate(measure, targets, spec, hold=hold if window else None)
         levels = _details(outcome, set(measured))
