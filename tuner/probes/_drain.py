@@ -62,23 +62,29 @@ async def drain(
 ) -> dict[str, Any]:
     """Wait until ``server`` has nothing in flight (at most ``bound`` seconds). Without the
     engine's count, ``ping()`` (an awaitable 1-token request, returning its seconds or None) is
-    timed until it is within twice ``idle_s`` (its time on the idle server) plus 50 ms. Returns
+    timed until it is within twice ``idle_s`` (its time on the idle server) plus 50 ms (with the
+    count too: a gauge an idle engine stops updating may read busy forever). Returns
     what the level stores: ``drain_s``, ``drained`` and how it was judged (``drained_by``)."""
     began = time.perf_counter()
-    by = "engine count"
+    can_ping = ping is not None and idle_s is not None
     while True:
         left = await in_flight(client, server)
-        if left is None:
-            by = "1-token request"
-            if ping is None or idle_s is None:
-                return {"drain_s": 0.0, "drained": None, "drained_by": "nothing to judge by"}
-            took = await ping()
-            if took is not None and took <= 2 * idle_s + 0.05:
-                break
-        elif left == 0:
+        if left == 0:
+            by = "engine count"
             break
+        if left is None and not can_ping:
+            return {"drain_s": 0.0, "drained": None, "drained_by": "nothing to judge by"}
+        if can_ping:  # also where the engine's count says busy: a gauge the engine stops updating when idle reads stale
+            by = "1-token request" if left is None else f"1-token request (the engine's count still said {left})"
+            took = await ping()
+            if took is not None and took <= 2 * idle_s + 0.05:  # type: ignore[operator]
+                break
         if time.perf_counter() - began >= bound:
-            logger.warning("the server still had requests in flight %.0fs after the last level (%s): measuring anyway", bound, by)
-            return {"drain_s": time.perf_counter() - began, "drained": False, "drained_by": by}
+            logger.warning("the server still had requests in flight %.0fs after the last level: measuring anyway", bound)
+            return {
+                "drain_s": time.perf_counter() - began,
+                "drained": False,
+                "drained_by": "engine count" if left else "1-token request",
+            }
         await asyncio.sleep(POLL_S)
     return {"drain_s": time.perf_counter() - began, "drained": True, "drained_by": by}
