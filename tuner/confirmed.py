@@ -23,8 +23,9 @@ def corrected(found: Mapping[str, Any] | None) -> Mapping[str, float] | None:
 
 
 def uncorrected_failure(found: Mapping[str, Any] | None) -> bool:
-    """A confirmation that did not hold at the search's answer and found no load below that held."""
-    return found is not None and bool(found) and not found.get("held") and not found.get("confirmed_answer")
+    """A confirmation that did not hold at the search's answer and found no load below that held
+    (one stored before confirmations stepped down, without ``runs``, never looked: not this)."""
+    return bool(found) and bool(found.get("runs")) and not found.get("held") and not found.get("confirmed_answer")  # type: ignore[union-attr]
 
 
 def describe(found: Mapping[str, Any], number: int) -> list[str]:

@@ -22,8 +22,8 @@ logger = logging.getLogger(__name__)
 class RequestRecord:
     """One request as the client saw it. ``stamps``: arrival time of each streamed content chunk.
     ``started``: when the request arrived (open loop: its scheduled arrival); ``sent``: when its
-    bytes were written to the connection (httpx's ``trace`` extension: a client whose event loop
-    is saturated writes late, and this says so); ``at_gate``: when the open loop's sender got to
+    body was written to the connection (httpx's ``trace`` extension: a client whose event loop is
+    saturated writes late, and this says so); ``at_gate``: when the open loop's sender got to
     it and put it to its in-flight cap, ``queued``: the seconds it waited there before it could be
     written (the server's queue, held on the client)."""
 
@@ -80,7 +80,10 @@ async def stream_request(
     rec.started = time.perf_counter() if arrived is None else arrived
 
     async def wrote(event: str, info: dict[str, Any]) -> None:
-        if event.endswith("send_request_body.complete"):
+        # the body's write follows this event with no yield to the event loop in between (httpcore,
+        # anyio: the write comes first, then a checkpoint), while ".complete" comes after that
+        # checkpoint: a saturated loop runs it late, and a sender then looked slower than the server saw
+        if event.endswith("send_request_body.started"):
             rec.sent = time.perf_counter()
 
     try:
