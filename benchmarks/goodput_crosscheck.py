@@ -1,15 +1,20 @@
-"""The SLO probe's answer checked by another tool: the tune's pick on a fresh server, under
-`vllm bench serve` at the found concurrency N (``--max-concurrency N``) and at 1.25 N, with the
-same prompt and output lengths. At N the bench must meet the SLO the tune held it to, at 1.25 N
-miss it; the tune's goodput must be within 5 % of the bench's output throughput at N.
+"""The SLO probe's answer checked by another tool: the tune's pick on a fresh server, under the
+engine's own bench (`vllm bench serve`, or SGLang's `python -m sglang.benchmark.serving
+--dataset-name random-ids`) at the found concurrency N (``--max-concurrency N``) and at
+``--above`` x N (1.15; earlier runs 1.25), with the same prompt and output lengths. At N the bench
+must meet the SLO the tune held it to, above it miss it; the tune's goodput must be within 5 % of
+the bench's output throughput at N. The server runs from the recorded argv (on the partition's
+server cores, as it ran); every bench process is pinned to the partition's client cores, as the
+tool pins its own clients.
 
 A study whose SLO probe ran open loop (``probes.slo.mode: rate``) is checked the same way at its
-request rate R and 1.25 R (``--request-rate``: Poisson arrivals, no client limit), each run
-``--seconds`` long, the load split over ``--split K`` bench processes at R/K each, started
+request rate R and ``--above`` x R (``--request-rate``: Poisson arrivals, no client limit), each
+run ``--seconds`` long (default 5 minutes of arrivals), the load split over ``--split K`` bench processes at R/K each, started
 together (one asyncio client process falls behind above ~65 requests/s here: it must show that it
 delivered its rate). Their per-request results (``--save-detailed``) are merged into one TTFT
 and ITL p99; each process's delivered rate is its requests over the span of its send times
-(``start_times``), and the merged achieved/offered must be >= 0.98 for the run to count.
+(``start_times``; SGLang's bench keeps none: its requests over its duration less one mean
+request), and the merged achieved/offered must be >= 0.98 for the run to count.
 The closed loop splits too (``--split K`` > 1): N clients shared among K processes
 (``--max-concurrency``), each showing the concurrency it kept (its mean requests in flight
 between its first and last send) for the same 0.98.
@@ -18,7 +23,8 @@ Prints one line per level and the ratio goodput / bench throughput at N; writes 
 results and a summary JSON under --out.
 
     python benchmarks/goodput_crosscheck.py --study h200-vllm-goodput --out $OUT [--prompts-per-client 20]
-    python benchmarks/goodput_crosscheck.py --study h200-vllm-goodput-rate --out $OUT [--seconds 60]
+    python benchmarks/goodput_crosscheck.py --study h200-vllm-goodput-rate --out $OUT [--seconds 300]
+    python benchmarks/goodput_crosscheck.py --study h200-sglang-goodput-rate --out $OUT --split 4   # SGLang's own bench
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +46,7 @@ from tuner import engines
 from tuner.app.read import open_existing, stored_space
 from tuner.artifacts import RunDir
 from tuner.export import build_export
-from tuner.partitions import free_port
+from tuner.partitions import free_port, make_partitions
 from tuner.pick import pick
 from tuner.processes import terminate_group
 from tuner.server import ServerProcess, end_servers_on_sigterm
@@ -71,6 +78,39 @@ def bench_argv(
     ]  # fmt: skip
 
 
+def sglang_argv(
+    url: str, model: str, flag: list[str], prompts: int, lengths: tuple[int, int], out: Path, name: str, seed: int
+) -> list[str]:
+    """One SGLang bench (``sglang.benchmark.serving``, OpenAI completions) at ``flag``: random token
+    ids of exactly ``lengths`` (in, out) tokens (``--random-range-ratio 1``), every request's TTFT,
+    ITLs and error kept (``--output-details``) in the JSONL ``out/name``."""
+    return [
+        sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang-oai", "--base-url", url,
+        "--model", model, "--tokenizer", model, "--dataset-name", "random-ids",
+        "--random-input-len", str(lengths[0]), "--random-output-len", str(lengths[1]), "--random-range-ratio", "1.0",
+        "--num-prompts", str(prompts), *flag, "--output-file", str(out / name), "--output-details", "--seed", str(seed),
+    ]  # fmt: skip
+
+
+def sglang_result(path: Path) -> dict:
+    """The last result SGLang's bench appended to ``path``, in the names :func:`merge` reads
+    (``mean_e2el_ms``, ``failed``: vLLM's)."""
+    r = json.loads(path.read_text().strip().splitlines()[-1])
+    errors = r.get("errors") or []
+    return {**r, "mean_e2el_ms": r.get("mean_e2e_latency_ms", 0.0), "failed": sum(1 for e in errors if e)}
+
+
+def stubs(out: Path) -> Path:
+    """A folder for PYTHONPATH with the module SGLang's dataset code imports at start and the
+    random-ids dataset never calls (shared/gpu/README.md): ``datasets.load_dataset``, raising."""
+    folder = out / "stubs"
+    (folder / "datasets").mkdir(parents=True, exist_ok=True)
+    (folder / "datasets" / "__init__.py").write_text(
+        "def load_dataset(*args, **kwargs):\n    raise RuntimeError('no datasets package here: random-ids needs none')\n"
+    )
+    return folder
+
+
 def bench(url: str, model: str, level: list[str], prompts: int, prompt_tokens: int, output_tokens: int, out: Path) -> dict:
     """One `vllm bench serve` run at ``level`` (``--max-concurrency N`` or ``--request-rate R``); its saved result."""
     tag = f"c{level[1]}" if level[0] == "--max-concurrency" else f"r{level[1]}"
@@ -93,31 +133,50 @@ def shares(total: float, k: int, *, whole: bool) -> list[float]:
 
 
 def bench_split(
-    url: str, model: str, level: float, k: int, load: tuple[float, int, int], out: Path, *, closed: bool = False
+    url: str,
+    model: str,
+    level: float,
+    k: int,
+    load: tuple[float, int, int],
+    out: Path,
+    *,
+    closed: bool = False,
+    tool: str = "vllm",
+    pin: tuple[int, ...] = (),
 ) -> dict:
-    """``level`` from ``k`` `vllm bench serve` processes started together: requests/s at level/k
-    each, or (``closed``) level clients shared among them with ``--max-concurrency``. Their
-    per-request results merged: one TTFT and ITL p99 over every request, the output throughputs
-    summed, and what they delivered (``achieved_over_offered``). ``load`` is (seconds of arrivals,
-    or requests per client when closed; prompt tokens; output tokens)."""
+    """``level`` from ``k`` bench processes (``tool``: vllm or sglang) started together, each pinned
+    to the cores ``pin``: requests/s at level/k each, or (``closed``) level clients shared among
+    them with ``--max-concurrency``. Their per-request results merged: one TTFT and ITL p99 over
+    every request, the output throughputs summed, and what they delivered
+    (``achieved_over_offered``). ``load`` is (seconds of arrivals, or requests per client when
+    closed; prompt tokens; output tokens)."""
     amount, prompt_tokens, output_tokens = load
+    taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
+    env = dict(os.environ)
+    if tool == "sglang":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stubs(out)), env.get("PYTHONPATH")) if p)
     procs = []
     for i, share in enumerate(shares(level, k, whole=closed)):
         tag = f"{'c' if closed else 'r'}{level:g}-p{i}"
         flag = ["--max-concurrency", f"{share:g}"] if closed else ["--request-rate", f"{share:g}"]
         prompts = max(2, round(share * amount))
         name = f"bench-{tag}.json"
-        argv = bench_argv(url, model, flag, prompts, (prompt_tokens, output_tokens), out, name, 1000 + i, detailed=True)
+        if tool == "sglang":
+            argv = sglang_argv(url, model, flag, prompts, (prompt_tokens, output_tokens), out, name, 1000 + i)
+        else:
+            argv = bench_argv(url, model, flag, prompts, (prompt_tokens, output_tokens), out, name, 1000 + i, detailed=True)
         log = (out / f"bench-{tag}.log").open("w")
-        procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log, tag))
+        popen = subprocess.Popen([*taskset, *argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        procs.append((popen, log, tag))
     results = []
     try:
         for proc, log, tag in procs:
             code = proc.wait()
             log.close()
             if code != 0:
-                raise RuntimeError(f"vllm bench serve (part {tag}) exited {code}: see {out}/bench-{tag}.log")
-            results.append(json.loads((out / f"bench-{tag}.json").read_text()))
+                raise RuntimeError(f"{tool} bench (part {tag}) exited {code}: see {out}/bench-{tag}.log")
+            saved = out / f"bench-{tag}.json"
+            results.append(sglang_result(saved) if tool == "sglang" else json.loads(saved.read_text()))
     finally:  # a timeout's SIGTERM (SystemExit here) left two parts running on the H200: end every group
         for proc, log, _ in procs:
             terminate_group(proc.pid, term_timeout=5.0, proc=proc)
@@ -189,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--storage")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--prompts-per-client", type=int, default=20, help="requests per client: ramp and drain under 5 %")
-    ap.add_argument("--seconds", type=float, default=60.0, help="open loop: each run's length (prompts = rate x seconds)")
+    ap.add_argument("--seconds", type=float, default=300.0, help="open loop: each run's arrivals (prompts = rate x seconds)")
+    ap.add_argument("--above", type=float, default=1.15, help="the second level: this x the answer (it must miss the SLO)")
     ap.add_argument(
         "--split",
         type=int,
@@ -209,7 +269,10 @@ def main(argv: list[str] | None = None) -> None:
     answer = m["slo.rate"] if rate else int(m["slo.concurrency"])
     unit = "requests/s" if rate else "clients"
     assert answer > 0, m
-    levels = [answer, round(1.25 * answer, 2)] if rate else [answer, math.ceil(1.25 * answer)]
+    levels = [answer, round(args.above * answer, 2)] if rate else [answer, math.ceil(args.above * answer)]
+    tool = "sglang" if space.engine == "sglang" else "vllm"
+    size = space.hardware.per_trial if isinstance(space.hardware.per_trial, int) else 1
+    partition = make_partitions(space.hardware.kind, list(space.hardware.devices), size)[0]  # the first: where trials ran
     port = free_port("127.0.0.1", 33000, 500)
     exported = build_export(study, space, chosen, port=port, run_dir=RunDir.for_study(args.study).root)
     adapter = engines.get(space.engine)
@@ -221,10 +284,12 @@ def main(argv: list[str] | None = None) -> None:
     ) as server:  # fmt: skip
         server.wait_ready()
         for level in levels:
-            if args.split > 1 or rate:
+            if args.split > 1 or rate or tool == "sglang":
                 amount = args.seconds if rate else args.prompts_per_client
                 shape = (amount, load.prompt_tokens, load.output_tokens)
-                r = bench_split(server.url, model, level, args.split, shape, args.out, closed=not rate)
+                r = bench_split(
+                    server.url, model, level, args.split, shape, args.out, closed=not rate, tool=tool, pin=partition.client_cpus
+                )
             else:
                 prompts = args.prompts_per_client * int(level)
                 flag = ["--max-concurrency", str(level)]
@@ -259,10 +324,10 @@ def main(argv: list[str] | None = None) -> None:
     goodput, ci = m["slo.goodput"], m.get("slo.goodput_ci", 0.0)
     print(f"tune: trial {chosen.number} holds the SLO at {answer} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}")
     print(f"ratio goodput / bench output throughput at {answer}: {ratio:.3f} (within 5 %: {abs(ratio - 1) <= 0.05})")
-    print(f"bench meets the SLO at the answer: {not rows[0]['broke']}; misses it at 1.25 x: {bool(rows[1]['broke'])}")
+    print(f"bench meets the SLO at the answer: {not rows[0]['broke']}; misses it at {args.above:g} x: {bool(rows[1]['broke'])}")
     at = ", ".join(f"{row['achieved_over_offered']:.3f}" for row in rows if "achieved_over_offered" in row)
     if at:
-        print(f"bench achieved/offered at the answer and 1.25 x: {at} (each >= {DELIVERED} for the run to count)")
+        print(f"bench achieved/offered at the answer and {args.above:g} x: {at} (each >= {DELIVERED} for the run to count)")
     if rate:
         levels = (m.get("slo.achieved_over_offered"), m.get("slo.completion_rate"), m.get("slo.offered_rate"))
         print(f"tune at R: achieved/offered {levels[0]}, completed {levels[1]} requests/s of {levels[2]} offered")

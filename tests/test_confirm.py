@@ -200,7 +200,9 @@ def test_the_end_of_a_run_confirms_the_pick_when_its_budget_allows(tmp_path: Pat
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "confirm: the pick (trial 0) at 2 clients for 3s on a fresh server" in ran.stdout, ran.stdout
     study = optuna.load_study(study_name="e", storage=f"sqlite:///{tmp_path}/runs/e/study.db")
-    assert study.user_attrs["confirmed.0"]["held"] is True, study.user_attrs["confirmed.0"]
+    found = study.user_attrs["confirmed.0"]  # plumbing: whether 3 s beside other tests held is a coin flip (issue 47)
+    assert found["answer"] == {"concurrency": 2.0} and found["failure"] is None and found["runs"], found
+    assert found["held"] == found["runs"][0]["held"] and (found["held"] or len(found["runs"]) > 1), found  # a break stepped down
     raw["budget"] = {"trials": 2, "timeout": "20s"}  # resumed for one more trial: 20 s leave no room for 3 s + start + margin
     (tmp_path / "e.yaml").write_text(yaml.safe_dump(raw))
     again = _tune(tmp_path, "run", "--space", "e.yaml", "--study", "e", "--executor", "inline", "--force")

@@ -85,7 +85,8 @@ def estimate_line(space: SearchSpace, *, budget: int, timeout: float | None, max
     """A lower bound: each trial's launch and load levels, the recall ladder and other probes aside."""
     start, per_trial, most = _trial_seconds(space)
     slo = space.probes.slo
-    levels = "load levels" + (f" + at most {slo.max_levels} SLO levels" if slo is not None else "")
+    held = f" and a hold of up to {format_duration(slo.hold_max or 0.0)}" if slo is not None and slo.hold else ""
+    levels = "load levels" + (f" + at most {slo.max_levels} SLO levels{held}" if slo is not None else "")
     night = budget * per_trial / max(1, max_parallel)
     limit = f"; the space's timeout {format_duration(timeout)} stops launching first" if timeout and timeout < night else ""
     spread = f" to {format_duration(most)}" if slo is not None else ""
@@ -112,12 +113,13 @@ def expected_line(space: SearchSpace, *, budget: int, max_parallel: int, install
 
 
 def _trial_seconds(space: SearchSpace) -> tuple[float, float, float]:
-    """(a start, a trial's start and load levels, that plus every SLO level it may run) in seconds."""
+    """(a start, a trial's start and load levels, that plus every SLO level and hold it may run) in seconds."""
     start = engines.get(space.engine).typical_start_s
     load, slo = space.probes.load, space.probes.slo
     level = (load.max_duration + 5.0) if load is not None else 20.0
     per_trial = start + (len(load.concurrency) * level if load is not None else 0.0)
-    return start, per_trial, per_trial + (slo.max_levels * level if slo is not None else 0.0)
+    holds = (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0  # the answer's hold at its longest (more where one breaks)
+    return start, per_trial, per_trial + (slo.max_levels * level + holds if slo is not None else 0.0)
 
 
 def _remeasure_launches(space: SearchSpace, budget: int) -> int:

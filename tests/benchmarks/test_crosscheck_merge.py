@@ -60,3 +60,25 @@ def test_closed_loop_parts_show_the_clients_they_kept_busy() -> None:
 def test_clients_split_whole_and_rates_evenly() -> None:
     assert shares(10, 4, whole=True) == [3.0, 3.0, 2.0, 2.0] and shares(3, 4, whole=True) == [1.0, 1.0, 1.0]
     assert shares(60, 4, whole=False) == [15.0] * 4
+
+
+def test_sglang_s_bench_runs_random_ids_of_the_space_s_lengths_and_its_result_merges(tmp_path: Path) -> None:
+    """SGLang's own bench (its 0.5.17 source: sglang/benchmark/serving.py): exact lengths from random
+    token ids, every request's details kept; its JSONL result reads in vLLM's names, a failed request
+    counted from its error, and its delivery from the run's duration less a request (no send times)."""
+    import json
+
+    from goodput_crosscheck import sglang_argv, sglang_result, stubs
+
+    argv = sglang_argv("http://127.0.0.1:9", "/m", ["--request-rate", "6.5"], 1950, (512, 128), tmp_path, "b.json", 1000)
+    assert argv[1:3] == ["-m", "sglang.benchmark.serving"] and argv[argv.index("--dataset-name") + 1] == "random-ids"
+    assert argv[argv.index("--random-range-ratio") + 1] == "1.0" and "--output-details" in argv
+    assert argv[argv.index("--request-rate") + 1] == "6.5" and argv[argv.index("--num-prompts") + 1] == "1950"
+    row = {"completed": 99, "duration": 11.0, "output_throughput": 1000.0, "mean_e2e_latency_ms": 1000.0,
+           "ttfts": [0.1] * 100, "itls": [[0.02]] * 100, "errors": [""] * 99 + ["timeout"]}  # fmt: skip
+    (tmp_path / "b.json").write_text(json.dumps({"completed": 1}) + "\n" + json.dumps(row) + "\n")  # appended: the last counts
+    read = sglang_result(tmp_path / "b.json")
+    assert read["failed"] == 1 and read["mean_e2el_ms"] == 1000.0
+    merged = merge([read], 10.0)
+    assert merged["delivery_from"] == "duration less a request" and merged["achieved_over_offered"] == pytest.approx(1.0)
+    assert (stubs(tmp_path) / "datasets" / "__init__.py").read_text().startswith("def load_dataset")
