@@ -118,7 +118,7 @@ def _trial_seconds(space: SearchSpace) -> tuple[float, float, float]:
     load, slo = space.probes.load, space.probes.slo
     level = (load.max_duration + 5.0) if load is not None else 20.0
     per_trial = start + (len(load.concurrency) * level if load is not None else 0.0)
-    holds = (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0  # the answer's hold at its longest (more where one breaks)
+    holds = (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0  # the answer's hold, at its longest
     return start, per_trial, per_trial + (slo.max_levels * level + holds if slo is not None else 0.0)
 
 
