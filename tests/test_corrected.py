@@ -82,3 +82,15 @@ def test_export_refuses_an_answer_that_broke_with_no_load_below_that_held_unless
     assert len(err) == 1 and "did not hold its confirmation run and no load below it held" in err[0] and "--force" in err[0]
     assert tune_here("export", "--study", NAME, "--force") == 0
     assert "--request-rate" not in capsys.readouterr().out  # the serve command, not a bench's
+
+
+def test_reading_commands_print_only_their_own_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: Any) -> None:
+    """No library chatter in a command's output (issue 47): Optuna's own handler printed "[I ...] A
+    new study created in memory" in the middle of `tune report`."""
+    _study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for args in (("report",), ("status",), ("export",), ("pareto", "--out", str(tmp_path / "front"))):
+        assert tune_here(*args, "--study", NAME) == 0, args
+        out, err = capfd.readouterr()
+        for line in (out + err).splitlines():
+            assert not line.startswith("[I ") and "INFO" not in line, (args, line)

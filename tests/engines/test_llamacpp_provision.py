@@ -47,3 +47,75 @@ def test_override_must_be_executable(empty_cache: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("TUNER_LLAMA_SERVER", str(empty_cache / "nope"))
     with pytest.raises(ProvisionError, match="is not an executable file"):
         provision.server_binary()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_two_processes_that_need_llama_server_build_it_once(empty_cache: Path) -> None:
+    """Two `tune` processes (or test workers) on an empty cache: the second waits on the cache's
+    lock for the first one's build, then uses it (the build here stands in: 1 s, counted)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tuner.engines import llamacpp_provision as p\n"
+        "def build(target, progress):\n"
+        "    with open(sys.argv[1], 'a') as f: f.write('built\\n')\n"
+        "    time.sleep(1.0)\n"
+        "    target.parent.mkdir(parents=True, exist_ok=True); target.write_text('binary')\n"
+        "p._build_server = build\n"
+        "print(p.server_binary())\n"
+    )
+    counted = empty_cache / "builds.txt"
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "TUNER_CACHE": str(empty_cache)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(counted)], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [proc.communicate(timeout=60)[0].strip() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0]
+    assert outs[0] == outs[1] and outs[0].endswith("llama-server")
+    assert counted.read_text().count("built") == 1
+
+
+def test_an_interrupted_build_leaves_no_process_behind(tmp_path: Path) -> None:
+    """Ctrl-C during the build: the build's whole session ends, also its jobs in process groups of
+    their own (ninja's compilers: the issue saw them run on for ~30 s)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tuner import procfs
+
+    job = tmp_path / "job.pid"
+    build = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen(['sleep', '120'], process_group=0)\n"
+        f"open({str(job)!r}, 'w').write(str(p.pid))\n"
+        "print('[1/9] compiling', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tuner.engines import llamacpp_provision as p\n"
+        f"p._run_with_progress([sys.executable, '-c', {build!r}], Path({str(tmp_path / 'build.log')!r}), lambda f, line: None)\n"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", parent], env=env)
+    deadline = time.monotonic() + 30
+    while not job.exists() or not job.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    child = int(job.read_text())
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    time.sleep(0.2)
+    alive = (st := procfs.stat(child)) is not None and not st.zombie
+    if alive:
+        __import__("os").kill(child, signal.SIGKILL)
+    assert not alive, "the build's job outlived the interrupted build"

@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - older Typer on top of Click
 
 from tuner.app.read import storage_error_text
 from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
+from tuner.cli._common import set_verbosity
 from tuner.credentials import mask
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
 
@@ -72,6 +73,7 @@ app.add_typer(_engines.app, name="engines")
 def main() -> None:
     """Entry point: one-line errors, exit 2 for bad input, 3 for provisioning, 1 otherwise."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    set_verbosity(0)  # the libraries' own INFO lines (Optuna's "A new study created in memory") only with -v
     for handler in logging.getLogger().handlers:
         handler.addFilter(_MaskCredentials())
     try:

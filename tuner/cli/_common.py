@@ -127,8 +127,13 @@ def _cell(value: object, floats: str) -> str:
 
 
 def set_verbosity(verbose: int) -> None:
+    """The tuner's log level, and Optuna's own (its handler prints INFO lines of its own, such as
+    "A new study created in memory", in the middle of a command's output): WARNING unless -v."""
+    import optuna
+
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.getLogger("tuner").setLevel(level)
+    optuna.logging.set_verbosity(max(level, logging.INFO) if verbose > 0 else logging.WARNING)
 
 
 class _ProvisionBar:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import optuna
 import typer
 
 from tuner import engines
@@ -53,7 +52,6 @@ def run(
 ) -> None:
     """Tune a space: launch real servers, probe them, keep the evidence under runs/<study>/."""
     set_verbosity(verbose)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     config = configure(
         space, study=study, storage=storage, trials=trials, timeout=timeout, sampler=sampler, force=force,
         executor=executor, ray_address=ray_address, screen=not no_screen, remeasure=not no_remeasure, artifacts=artifacts,

