@@ -210,6 +210,8 @@ def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_serve
     assert targets.violated(high), (high, result.details)
     for level in [*result.details["levels"].values(), low, high]:  # every level sent what it reports
         assert level["achieved_over_offered"] >= 0.97 and not level["client_bound"], level
+    for level in result.details["levels"].values():  # started drained: no slot busy, or a 1-token request as fast as idle
+        assert level["drained"] is True, level
 
 
 async def _idle(client: Any, url: str, timeout: float = 60.0) -> None:
