@@ -263,13 +263,13 @@ def test_the_achieved_rate_is_what_the_server_counted_also_from_a_saturated_send
 
 
 def _hold(url: str, rate: float, ttft: float) -> tuple[dict[str, Any], list[str]]:
-    """One hold level at ``rate`` (40 s, up to 120 s while its growth is undecided), as the SLO
+    """One hold level at ``rate`` (25 s, up to 75 s while its growth is undecided), as the SLO
     probe runs it before a rate becomes its answer: its figures and what it broke."""
     from tuner.probes import SloProbe
 
     load = LoadProbeSpec(prompt_tokens=8, output_tokens=16, duration=5, max_duration=5, warmup=5)
     targets = SloTargets(ttft_p99=ttft)
-    slo = SloProbe(SloProbeSpec(mode="rate", hold=40, hold_max=120, horizon=600, targets=targets), load=load)
+    slo = SloProbe(SloProbeSpec(mode="rate", hold=25, hold_max=75, horizon=600, targets=targets), load=load)
     window = slo.hold_window()
     server = ServerHandle(url, "m", Capacity())
 
