@@ -9,7 +9,9 @@
 #                                              # benched with --request-rate R and 1.25 R, SECONDS_PER_RUN (60) s each,
 #                                              # split over SPLIT (4) vllm bench processes at R/SPLIT each, merged
 #   PHASE=confirm CONFIRM=7m STEPS=3           # the pick at its SLO answer for CONFIRM on a fresh server (tune validate --confirm),
-#                                              # stepping down 10 % (at most STEPS times) where it breaks
+#                                              # stepping down 10 % (at most STEPS times) where it breaks;
+#                                              # the runs it finished are stored also when `timeout` cuts it, and
+#   PHASE=confirm RESUME=1 STEPS=0             # goes on one step below the stored runs' last (the next command)
 #   STUDY=h200-sglang-goodput-rate ...         # SGLang (issue 45): a study named *sglang* installs the SGLang parts (/tmp/sg)
 #   EXECUTOR=inline                            # tune: no Ray (the deps built with NO_RAY=1 scripts/gpu-parts.sh)
 #   DB=path/study.db                           # any phase: start from this committed study when runs/ has none
@@ -40,7 +42,7 @@ PY
 )" || true
 elif [ "$PHASE" = confirm ]; then
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
-    python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}" --steps "${STEPS:-3}"
+    python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}" --steps "${STEPS:-3}" ${RESUME:+--resume}
   echo "confirm exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner status --study "$study" > "$out/$study-status.txt" 2>&1
   python3 -m tuner export --study "$study" --format json > "$out/$study-export.json" 2> "$out/$study-export.err"

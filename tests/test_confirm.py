@@ -4,10 +4,12 @@ export and report; a run that breaks the SLO in one slice did not hold it throug
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import yaml
 
 from tests.conftest import tiny_space
 from tuner.ledger import Ledger
-from tuner.probes.confirm import drift, loads, run_verdict, verdict
+from tuner.probes.confirm import RUNS_FILE, drift, loads, run_verdict, verdict
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.1)
@@ -109,7 +111,8 @@ def test_a_confirmation_that_breaks_steps_the_answer_down_and_confirms_the_load_
     """llama-server with one slot: a second client waits a whole request for it, so its TTFT is
     many times one client's. A confirmation at 2 clients with the TTFT target at 3x one client's
     median breaks in its first slice and stops there; the server drains, 1 client runs the whole
-    length and holds: the confirmed answer is 1, both runs kept."""
+    length and holds: the confirmed answer is 1, both runs kept, each written to the trial's folder
+    as it ended."""
     from tests.conftest import handle, llama_server_process
     from tuner.probes import ConfirmProbe, LoadProbe
 
@@ -119,8 +122,10 @@ def test_a_confirmation_that_breaks_steps_the_answer_down_and_confirms_the_load_
         solo = LoadProbe(load).run(handle(server)).details["levels"]["1"]
         targets = SloTargets(ttft_p99=3 * solo["ttft_p50"], error_rate=0.0)
         spec = ConfirmProbeSpec(concurrency=2, duration=9, slice=3, load=load, targets=targets)
-        result = ConfirmProbe(spec).run(handle(server))
+        result = ConfirmProbe(spec).run(replace(handle(server), keep=tmp_path))
     assert len(result.details["runs"]) == 2, result.details
+    written = [json.loads(line) for line in (tmp_path / RUNS_FILE).read_text().splitlines()]  # each as it ended
+    assert [(r["at"], r["held"]) for r in written] == [(2.0, False), (1.0, True)], written
     first, second = result.details["runs"]
     assert not first["held"] and first["ended_early"] and first["seconds"] < 7, first
     assert any(b.startswith("ttft_p99") for s in first["slices"] for b in s["broke"]) or first["broke"], first

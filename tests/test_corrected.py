@@ -15,7 +15,8 @@ import pytest
 
 from tests.conftest import ROOT, tune_here
 from tuner.confirm import Confirmation
-from tuner.confirmed import corrected, uncorrected_failure
+from tuner.confirmed import corrected, describe, uncorrected_failure
+from tuner.exceptions import ConfigError
 from tuner.pick import pick
 from tuner.trials import read_study, save_confirmation
 
@@ -94,3 +95,69 @@ def test_reading_commands_print_only_their_own_lines(tmp_path: Path, monkeypatch
         out, err = capfd.readouterr()
         for line in (out + err).splitlines():
             assert not line.startswith("[I ") and "INFO" not in line, (args, line)
+
+
+class _Cut:
+    """An executor that stands in for the engine where the driver's plumbing is what is tested: it
+    writes the runs a confirmation would have finished (as the probe does) and then is cut by
+    SIGTERM (``SystemExit``, as `timeout` ends `tune validate`), or returns them as the result."""
+
+    max_parallel = 1
+
+    def __init__(self, runs: list[dict[str, Any]], *, cut: bool) -> None:
+        self.runs, self.cut = runs, cut
+        self.asked: list[Any] = []
+
+    def submit(self, space: Any, params: dict[str, Any], trial_dir: Path, partition: Any, ledger: Any = None) -> Any:
+        import json
+        from concurrent.futures import Future
+
+        from tuner.probes.confirm import RUNS_FILE
+        from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
+
+        self.asked.append(space.probes.confirm)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / RUNS_FILE).write_text("".join(json.dumps(r) + "\n" for r in self.runs))
+        if self.cut:
+            raise SystemExit(143)
+        done: Future[Any] = Future()
+        result = ProbeResult("confirm", {"goodput": self.runs[-1]["goodput"]}, {"runs": self.runs})
+        done.set_result(TrialOutcome(params, (), Capacity(), (result,), Timings()))
+        return done
+
+    def cancel(self, future: Any, *, force: bool) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_confirmation_cut_short_keeps_its_finished_runs_and_resumes_a_step_below(tmp_path: Path) -> None:
+    """A 7-minute confirmation whose first run broke is cut by SIGTERM during the step below (the
+    H200's 10-minute commands): the broken run is stored, marked cut, and export refuses the
+    answer; `--resume` goes on one step below the stored run (54/s, not the answer again), and
+    its run that holds corrects the answer, with every run kept."""
+    from tuner.app.read import stored_space
+    from tuner.artifacts import RunDir
+    from tuner.confirm import confirm
+
+    study = _study(tmp_path)
+    space, run_dir = stored_space(study), RunDir(tmp_path / "runs" / NAME)
+    cut = _Cut([{**_run(60.0, False, 6900.0), "slices": [], "drift": -0.1}], cut=True)
+    with pytest.raises(SystemExit):
+        confirm(study, space, run_dir, cut, pick(read_study(study), "knee"), seconds=420.0, steps=2)  # type: ignore[arg-type]
+    assert cut.asked[0].rate == 60.0 and cut.asked[0].steps == 2
+    stored = read_study(study).trial(0)
+    assert stored is not None and stored.confirmed is not None
+    assert [r["at"] for r in stored.confirmed["runs"]] == [60.0] and stored.confirmed["failure"] == "interrupted (SystemExit)"
+    assert uncorrected_failure(stored.confirmed) and stored.metrics["slo.rate"] == 60
+    assert "cut short after 1 run(s)" in "\n".join(describe(stored.confirmed, 0))
+    holds = _Cut([{**_run(54.0, True, 6800.0), "goodput_ci": 150.0}], cut=False)
+    found = confirm(study, space, run_dir, holds, pick(read_study(study), "knee"), seconds=420.0, steps=0, resume=True)  # type: ignore[arg-type]
+    assert holds.asked[0].rate == pytest.approx(54.0) and holds.asked[0].steps == 0
+    assert [r["at"] for r in found.runs] == [60.0, 54.0] and not found.held and found.failure is None
+    assert found.answer == {"rate": 60.0} and found.confirmed_answer == {"rate": 54.0} and found.corrected
+    after = read_study(study).trial(0)
+    assert after is not None and after.metrics["slo.rate"] == 54.0 and not uncorrected_failure(after.confirmed)
+    with pytest.raises(ConfigError, match="already held at 54 requests/s"):
+        confirm(study, space, run_dir, holds, pick(read_study(study), "knee"), seconds=420.0, resume=True)  # type: ignore[arg-type]

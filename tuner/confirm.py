@@ -17,20 +17,24 @@ search's, marked, and export refuses it unless forced.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
 
 from tuner.artifacts import RunDir
+from tuner.confirmed import describe_answer
 from tuner.exceptions import ConfigError, TunerError, describe_failure
 from tuner.executors import Executor
 from tuner.ledger import Ledger
 from tuner.metrics import SLO_GOODPUT, SLO_GOODPUT_CI
 from tuner.pick import Candidate
+from tuner.probes.confirm import RUNS_FILE, step_below
 from tuner.records import TrialOutcome
 from tuner.scheduler import Scheduler
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
@@ -138,20 +142,55 @@ def confirm(
     ledger: Ledger | None = None,
     steps: int = STEPS,
     budget: float | None = None,
+    resume: bool = False,
 ) -> Confirmation:
     """Run ``chosen`` (a pick) at its SLO answer on a fresh server for ``seconds``, stepping down
     where it does not hold (at most ``steps`` runs more, all of them within ``budget`` seconds
-    of running); store and return it."""
+    of running); store and return it. ``resume``: go on from the stored confirmation instead, one
+    step below its last run (which broke), keeping its runs (a confirmation cut by a deadline)."""
     answer = answer_of(space, chosen.trial)
-    derived = confirmation_space(space, answer, seconds, steps=steps, budget=budget)
+    before: tuple[Mapping[str, Any], ...] = ()
+    start = answer
+    if resume:
+        answer, before, start = _resumed(space, chosen)
+    derived = confirmation_space(space, start, seconds, steps=steps, budget=budget)
     limit = (budget or seconds * (steps + 1)) + space.server.startup_timeout + MARGIN_S
     scheduler = Scheduler(derived, runner, ledger or Ledger(run_dir.root / "servers"), time_limit=limit)
     folder = run_dir.root / "confirm"
     where = folder / f"trial{chosen.number}-{len(list(folder.glob(f'trial{chosen.number}-*')))}"
-    result = _run(scheduler, dict(chosen.trial.params), where)
-    found = _confirmation(chosen.trial, answer, seconds, result)
+    try:
+        result = _run(scheduler, dict(chosen.trial.params), where)
+    except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM (`timeout`): keep the runs that finished
+        runs, failure = _runs(f"interrupted ({type(exc).__name__})", where)
+        if runs:
+            save_confirmation(
+                study, chosen.number, _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure).to_dict()
+            )
+        raise
+    runs, failure = _runs(result, where)
+    found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure)
     save_confirmation(study, chosen.number, found.to_dict())
     return found
+
+
+def _resumed(space: SearchSpace, chosen: Candidate) -> tuple[dict[str, float], tuple[Mapping[str, Any], ...], dict[str, float]]:
+    """What a resumed confirmation goes on from: the search's answer, the stored runs, and the load
+    one step below the last of them."""
+    stored = chosen.trial.confirmed or {}
+    runs = tuple(stored.get("runs") or ())
+    if not runs:
+        raise ConfigError(f"confirm --resume: trial {chosen.number} has no stored confirmation runs to go on from")
+    if any(r.get("held") for r in runs):
+        raise ConfigError(
+            f"confirm --resume: trial {chosen.number}'s confirmation already held at "
+            f"{describe_answer(stored.get('confirmed_answer') or {})}: nothing to go on with"
+        )
+    answer = {k: float(v) for k, v in (stored.get("answer") or answer_of(space, chosen.trial)).items()}
+    key = next(iter(answer))
+    below = step_below(float(runs[-1]["at"]), ConfirmProbeSpec.model_fields["step"].default, closed=key == "concurrency")
+    if below is None:
+        raise ConfigError(f"confirm --resume: trial {chosen.number}'s last run was at one client: no load below it")
+    return answer, runs, {key: below}
 
 
 def _run(scheduler: Scheduler, params: dict[str, Any], where: Any) -> TrialOutcome | str:
@@ -172,29 +211,44 @@ def _run(scheduler: Scheduler, params: dict[str, Any], where: Any) -> TrialOutco
     return "no result"
 
 
-def _confirmation(trial: TrialRecord, answer: Mapping[str, float], seconds: float, result: TrialOutcome | str) -> Confirmation:
+def _runs(result: TrialOutcome | str, where: Path) -> tuple[list[Mapping[str, Any]], str | None]:
+    """The runs the confirmation finished, and why it ended without a result (None: it has one):
+    from the probe's result, else those it wrote as it went (:data:`RUNS_FILE`)."""
+    if not isinstance(result, str):
+        probe = next((p for p in result.probes if p.probe == "confirm"), None)
+        if probe is not None:
+            return list(probe.details.get("runs") or ()), None
+        result = "no confirm result"
+    kept = where / RUNS_FILE
+    lines = kept.read_text().splitlines() if kept.is_file() else []
+    return [json.loads(line) for line in lines if line.strip()], result
+
+
+def _confirmation(
+    trial: TrialRecord, answer: Mapping[str, float], seconds: float, runs: Sequence[Mapping[str, Any]], failure: str | None
+) -> Confirmation:
+    """The stored confirmation: the first run's verdict at the search's answer, every run, and the
+    load that held (the first run that held throughout)."""
     short = (trial.metrics.get(SLO_GOODPUT), trial.metrics.get(SLO_GOODPUT_CI))
-    if isinstance(result, str):
-        return Confirmation(trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure=result)
-    probe = next((p for p in result.probes if p.probe == "confirm"), None)
-    if probe is None:
-        return Confirmation(trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure="no confirm result")
-    m, runs = probe.metrics, tuple(probe.details.get("runs") or ())
-    first = runs[0] if runs else {}
-    kept = probe.details.get("confirmed")
+    if not runs:
+        return Confirmation(trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure=failure or "no result")
+    first = runs[0]
+    kept = next((r for r in runs if r.get("held")), None)
+    key = next(iter(answer))
     return Confirmation(
         trial.number,
         answer,
-        float(probe.details.get("seconds") or seconds),
-        bool(m.get("held")),
-        float(first.get("goodput", m.get("goodput", 0.0))),
-        first.get("goodput_ci", m.get("goodput_ci")),
+        float(first.get("seconds") or seconds),
+        bool(first.get("held")),
+        float(first.get("goodput") or 0.0),
+        first.get("goodput_ci"),
         *short,
-        float(first.get("drift", m.get("drift", 0.0))),
-        tuple(probe.details.get("broke") or ()),
-        tuple(probe.details.get("slices") or ()),
-        runs=runs,
-        confirmed_answer=dict(kept) if kept else None,
-        confirmed_goodput=float(m["goodput"]) if kept else None,
-        confirmed_ci=m.get("goodput_ci") if kept else None,
+        float(first.get("drift") or 0.0),
+        tuple(first.get("broke") or ()),
+        tuple(first.get("slices") or ()),
+        failure=failure,
+        runs=tuple(runs),
+        confirmed_answer={key: float(kept["at"])} if kept else None,
+        confirmed_goodput=float(kept["goodput"]) if kept else None,
+        confirmed_ci=kept.get("goodput_ci") if kept else None,
     )

@@ -31,7 +31,7 @@ def uncorrected_failure(found: Mapping[str, Any] | None) -> bool:
 def describe(found: Mapping[str, Any], number: int) -> list[str]:
     """Lines that say what a stored confirmation (``confirmed.<n>``) found."""
     at = describe_answer(found.get("answer") or {})
-    if found.get("failure"):
+    if found.get("failure") and not found.get("runs"):
         return [f"confirmation of trial {number} at {at}: no result ({found['failure']})"]
     minutes = found.get("seconds", 0.0) / 60
     verdict = "held the SLO throughout" if found.get("held") else "did NOT hold the SLO throughout"
@@ -57,6 +57,10 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
         ci = f" +- {run['goodput_ci']:,.1f}" if run.get("goodput_ci") is not None else ""
         minutes = (run.get("seconds") or 0) / 60
         lines.append(f"  step down to {step}: {minutes:.1f} min, {verdict}; goodput {run.get('goodput', 0.0):,.1f}{ci}")
+    if found.get("failure"):
+        lines.append(
+            f"  cut short after {len(found['runs'])} run(s): {found['failure']} (tune validate --confirm --resume goes on)"
+        )
     if (kept := corrected(found)) is not None:
         lines.append(f"  the answer is now {describe_answer(kept)}, the load that held throughout (the search said {at})")
     elif uncorrected_failure(found) and found.get("runs"):

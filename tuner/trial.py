@@ -124,6 +124,7 @@ def serve(
             adapter.context_slack,
             adapter.cached_tokens_field,
             adapter.in_flight_source,
+            trial_dir,
         )
         progress.report(f"ready after {startup_s:.0f}s")
         yield Served(handle, server, command, startup_s, started_at)

@@ -34,6 +34,9 @@ def validate(
     steps: int = typer.Option(
         3, "--steps", min=0, help="with --confirm: a run that does not hold steps down 10 %, this often at most"
     ),
+    resume: bool = typer.Option(
+        False, "--resume", help="with --confirm: go on from the stored confirmation's runs, a step below its last (cut short)"
+    ),
 ) -> None:
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
     the_study = open_existing(study, storage)
@@ -41,7 +44,9 @@ def validate(
     with StudyLock(RunDir.for_study(the_study.study_name).root / "run.lock", the_study.study_name) as lock:
         lock.lease(the_study)
         if confirm:
-            found = run_confirmation(the_study, stored_space(the_study), seconds=_seconds(seconds), how=how, steps=steps)
+            found = run_confirmation(
+                the_study, stored_space(the_study), seconds=_seconds(seconds), how=how, steps=steps, resume=resume
+            )
             for line in describe_confirmation(found.to_dict(), found.trial):
                 echo(line)
             return
@@ -83,10 +88,15 @@ def _seconds(text: str) -> float:
         raise ConfigError(f"--seconds: {exc}") from None
 
 
-def run_confirmation(study: optuna.Study, space: SearchSpace, *, seconds: float, how: str, steps: int = 3) -> Confirmation:
+def run_confirmation(
+    study: optuna.Study, space: SearchSpace, *, seconds: float, how: str, steps: int = 3, resume: bool = False
+) -> Confirmation:
     """The pick at its SLO answer for ``seconds`` on a fresh server, run here (inline), stepping
-    down at most ``steps`` times where it does not hold."""
+    down at most ``steps`` times where it does not hold (``resume``: from the stored runs on)."""
     chosen = pick(study, how)
     answer = answer_of(space, chosen.trial)
-    echo(f"confirm: trial {chosen.number} at {describe_answer(answer)} for {format_duration(seconds)} on a fresh server")
-    return confirm_pick(study, space, RunDir.for_study(study.study_name), InlineExecutor(), chosen, seconds=seconds, steps=steps)
+    go_on = " from the stored runs, a step below the last" if resume else ""
+    echo(f"confirm: trial {chosen.number} at {describe_answer(answer)}{go_on} for {format_duration(seconds)} on a fresh server")
+    return confirm_pick(
+        study, space, RunDir.for_study(study.study_name), InlineExecutor(), chosen, seconds=seconds, steps=steps, resume=resume
+    )

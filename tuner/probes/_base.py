@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from tuner.records import Capacity, ProbeResult
@@ -24,6 +25,7 @@ class ServerHandle:
     context_slack: int = 0  # tokens the engine keeps back from the per-request context (SGLang: 1)
     cached_tokens_field: tuple[str, str] | None = None  # the adapter's (event key, field) of cached prompt tokens
     in_flight_source: tuple[str, tuple[str, ...]] | None = None  # where the engine counts requests in flight
+    keep: Path | None = None  # the trial's folder: a long probe writes each finished part there, kept if it is cut short
 
     @property
     def headers(self) -> dict[str, str]:

@@ -14,11 +14,14 @@ A run that does not hold ends at the first slice that breaks the SLO (nothing af
 hold), and the load steps down by ``step`` (10 %) after the server has drained, each step a run of
 the same length, until one holds (the confirmed answer), at most ``steps`` times and within
 ``budget``. The result keeps every run: the first (the search's answer) and the confirmed one.
+Each run, as it ends, is also appended to ``confirm-runs.jsonl`` in the trial's folder
+(:data:`RUNS_FILE`), so a confirmation cut short (a deadline, a stop) keeps the runs it finished.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import statistics
 import time
@@ -33,10 +36,11 @@ from tuner.probes.load import LoadProbe, Window, client_verdict
 from tuner.records import ProbeResult
 from tuner.space.schema import ConfirmProbeSpec
 
-__all__ = ["ConfirmProbe", "drift", "loads", "run_verdict", "verdict"]
+__all__ = ["RUNS_FILE", "ConfirmProbe", "drift", "kept_run", "loads", "run_verdict", "step_below", "verdict"]
 
 logger = logging.getLogger(__name__)
 
+RUNS_FILE = "confirm-runs.jsonl"  # in the trial's folder: one line per finished run, as the result keeps it
 AT_RUN = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
 
 
@@ -85,6 +89,9 @@ class ConfirmProbe(Probe):
                     else:
                         summary = await probe.level(client, server, prompts, int(at), slice_s=spec.slice, window=window)
                     runs.append(run_verdict(spec, at, {**summary, **settled}))
+                    if server.keep is not None:
+                        with (server.keep / RUNS_FILE).open("a") as out:
+                            out.write(json.dumps(kept_run(runs[-1]), default=str) + "\n")
                     if runs[-1]["held"]:
                         break
         return verdict(spec, runs)
@@ -104,17 +111,21 @@ class ConfirmProbe(Probe):
 def loads(spec: ConfirmProbeSpec) -> list[float]:
     """The answer, then each step down: ``step`` less each time (a closed loop at least one client
     less, never under one), at most ``steps`` of them."""
-    at = float(spec.concurrency) if spec.concurrency is not None else float(spec.rate or 0.0)
-    found = [at]
-    for _ in range(spec.steps):
-        if spec.concurrency is not None:
-            at = float(min(int(at * (1 - spec.step)), int(at) - 1))
-            if at < 1:
-                break
-        else:
-            at = at * (1 - spec.step)
+    at: float | None = float(spec.concurrency) if spec.concurrency is not None else float(spec.rate or 0.0)
+    found: list[float] = []
+    while at is not None and len(found) <= spec.steps:
         found.append(at)
+        at = step_below(at, spec.step, closed=spec.concurrency is not None)
     return found
+
+
+def step_below(at: float, step: float, *, closed: bool) -> float | None:
+    """The load one step below ``at``: ``step`` less (a closed loop at least one client less; None
+    under one client)."""
+    if not closed:
+        return at * (1 - step)
+    below = float(min(int(at * (1 - step)), int(at) - 1))
+    return below if below >= 1 else None
 
 
 def _label(spec: ConfirmProbeSpec, at: float) -> str:
@@ -185,7 +196,7 @@ def verdict(spec: ConfirmProbeSpec, runs: list[dict[str, Any]]) -> ProbeResult:
         "broke": first["broke"],
         "slices": first["slices"],
         "window": first["window"],
-        "runs": [_kept(r) for r in runs],
+        "runs": [kept_run(r) for r in runs],
         "confirmed": {key: kept["at"]} if kept else None,
     }
     logger.info(
@@ -195,7 +206,7 @@ def verdict(spec: ConfirmProbeSpec, runs: list[dict[str, Any]]) -> ProbeResult:
     return ProbeResult("confirm", metrics, details)
 
 
-def _kept(run: dict[str, Any]) -> dict[str, Any]:
+def kept_run(run: dict[str, Any]) -> dict[str, Any]:
     """A run as the result keeps it: its verdict, slices and growth, and of its window what says
     how it started (drained) and what it delivered."""
     window = run["window"]
