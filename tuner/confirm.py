@@ -116,7 +116,7 @@ def confirmation_space(
     """``space`` with one probe: the long run at ``answer``, with the space's load workload and SLO,
     checked per minute (per third of a run shorter than three minutes), stepping down at most
     ``steps`` times within ``budget`` seconds where it does not hold."""
-    slo, load = space.probes.slo, space.probes.load
+    slo, load = space.probes.slo, space.load_spec()
     assert slo is not None
     spec = ConfirmProbeSpec(
         concurrency=int(answer["concurrency"]) if "concurrency" in answer else None,

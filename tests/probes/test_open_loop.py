@@ -213,10 +213,12 @@ def test_senders_end_when_the_process_that_started_them_is_killed(tmp_path: Path
     script = tmp_path / "parent.py"
     script.write_text(
         "import asyncio, sys, time\n"
+        "from tuner.probes._prompts import FixedSource\n"
         "from tuner.probes._senders import Plan, Senders\n"
         "async def main():\n"
         "    s = Senders()\n"
-        "    plan = Plan(5.0, 1, 0.0, 'http://127.0.0.1:9/v1/completions', {}, 'completions', {}, str, 0, 8, 5.0)\n"
+        "    url, source = 'http://127.0.0.1:9/v1/completions', FixedSource(str, None, 8)\n"
+        "    plan = Plan(5.0, 1, 0.0, url, {}, 'completions', {}, source, 0, 8, 5.0)\n"
         "    await s.start(plan, 2, [], lambda: None)\n"
         "    print(' '.join(map(str, s.pids())), flush=True)\n"
         "    await asyncio.sleep(60)\n"

@@ -13,6 +13,7 @@ from tuner import engines, objectives
 from tuner.data import shipped
 from tuner.exceptions import ConfigError, SpaceError
 from tuner.space import SearchSpace, parse_constraint
+from tuner.workload import TraceClass, WorkloadSpec, read_trace
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ def _cross_check(space: SearchSpace, source: str) -> SearchSpace:
         raise SpaceError(source, "engine", str(exc)) from None
     if problem := adapter.model_problem(space.model.path):
         raise SpaceError(source, "model.path", problem)
+    space = _workload(space, source)
     load = space.probes.load
     if load is not None and load.dataset is not None and not Path(load.dataset).is_file():
         raise SpaceError(source, "probes.load.dataset", f"dataset file {load.dataset!r} does not exist")
@@ -134,6 +136,55 @@ def _cross_check(space: SearchSpace, source: str) -> SearchSpace:
             metric,
         )
     return space
+
+
+def _workload(space: SearchSpace, source: str) -> SearchSpace:
+    """The space's ``workload:`` read (a file's path, or written inline) and checked: its traces
+    read line by line (a bad line: ``FILE:LINE: what``) and fingerprinted, their paths made
+    absolute (a Ray worker runs elsewhere); relative paths are from the current folder, else from
+    the workload file's."""
+    raw = space.workload
+    if raw is None:
+        return space
+    where, key, folder = source, "workload.", Path.cwd()
+    if isinstance(raw, str):
+        path = Path(raw) if Path(raw).is_file() else Path(source).parent / raw
+        if not path.is_file():
+            raise SpaceError(source, "workload", f"workload file {raw!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise SpaceError(str(path), f"line {mark.line + 1}" if mark else "", "not valid YAML") from None
+        try:
+            raw = WorkloadSpec.model_validate(data if isinstance(data, dict) else {"classes": data})
+        except ValidationError as exc:
+            raise _first_error(exc, str(path)) from None
+        where, key, folder = str(path), "", path.parent
+    classes = []
+    for i, kind in enumerate(raw.classes):
+        for name in ("prompt", "output", "turns", "user", "think"):
+            dist = getattr(kind, name, None)
+            if dist is not None and isinstance(dist.empirical, str):
+                found = _found(dist.empirical, folder)
+                if found is None:
+                    raise SpaceError(where, f"{key}classes[{i}].{name}.empirical", f"file {dist.empirical!r} does not exist")
+                kind = kind.model_copy(update={name: dist.model_copy(update={"empirical": str(found)})})
+        if isinstance(kind, TraceClass):
+            trace = _found(kind.trace, folder)
+            if trace is None:
+                raise SpaceError(where, f"{key}classes[{i}].trace", f"trace file {kind.trace!r} does not exist")
+            read_trace(trace, kind.block)  # every line checked: TraceError names the file and line
+            kind = kind.model_copy(update={"trace": str(trace)}).fingerprinted()
+        classes.append(kind)
+    return space.model_copy(update={"workload": raw.model_copy(update={"classes": classes})})
+
+
+def _found(name: str, folder: Path) -> Path | None:
+    for candidate in (Path(name), folder / name):
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
 
 
 HOLD_S = {"gpu": 60.0, "cpu": 0.0}  # the answer's hold level by hardware kind (probes.slo.hold unset)

@@ -51,7 +51,9 @@ def from_space(space: SearchSpace) -> list[Probe]:
         if cls is ServedContextProbe:  # at the load probe's target concurrency unless the spec says
             found.append(ServedContextProbe(spec, default_concurrency=specs.load.target_concurrency if specs.load else 1))
         elif cls is SloProbe:  # each level is a load-probe level: its workload and windows
-            found.append(SloProbe(spec, load=specs.load))
+            found.append(SloProbe(spec, load=space.load_spec()))
+        elif cls is LoadProbe:
+            found.append(LoadProbe(space.load_spec() or spec))
         else:
             found.append(cls(spec))
     return found

@@ -12,13 +12,16 @@ asked - overhead``, where ``overhead`` (BOS, chat template) is read once from th
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from tuner.exceptions import ProbeError
 from tuner.probes._tokens import _WORDS, Tokenizer
+from tuner.workload import Segment, Session, Turn, Workload, poisson
 
-__all__ = ["PromptMaker", "Vocabulary", "one_token_words"]
+__all__ = ["FixedSource", "PromptMaker", "Source", "Vocabulary", "WorkloadSource", "one_token_words"]
 
 _CANDIDATES = (
     *_WORDS,
@@ -107,3 +110,89 @@ class PromptMaker:
         self.overhead = max(0, server_prompt_tokens - sent_words)
         if self.overhead >= self.asked:
             raise ProbeError(f"the server adds {self.overhead} tokens to every prompt: {self.asked} cannot be sent exactly")
+
+
+class Source(Protocol):
+    """What a load level sends: session ``i`` (its turns: segments, output, think time) and the
+    prompt text of its turn ``k``; picklable (the open loop's senders draw and make them)."""
+
+    def session(self, i: int) -> Session: ...
+
+    def text(self, session: Session, k: int) -> str: ...
+
+    def arrivals(self, rate: float, seed: int, first: int = 0) -> Iterator[float]: ...
+
+
+class FixedSource:
+    """The probes' own shape: session ``i`` is one request, ``make(i)`` its prompt (fresh, or a
+    dataset's), ``output`` tokens asked (picklable: the open loop's senders make them)."""
+
+    def __init__(self, make: Callable[[int], str], prompt_tokens: int | None, output: int) -> None:
+        self.make, self.prompt_tokens, self.output = make, prompt_tokens, output
+
+    def session(self, i: int) -> Session:
+        return Session(i, "fixed", (Turn((Segment(f"r{i}", self.prompt_tokens or 0),), self.output),))
+
+    def text(self, session: Session, k: int) -> str:
+        return self.make(session.index)
+
+    def arrivals(self, rate: float, seed: int, first: int = 0) -> Iterator[float]:
+        return poisson(rate, seed)
+
+
+class WorkloadSource:
+    """A space's workload (:class:`~tuner.workload.Workload`): session ``i``'s turns, each turn's
+    prompt made of its segments' words (one token each, ``overhead`` tokens of the server's own
+    taken off the last segment so the server counts the turn's length exactly)."""
+
+    CACHE = 4096  # segments' words kept (a session's history is resent every turn)
+
+    def __init__(self, workload: Workload, vocabulary: Vocabulary, overhead: int = 0) -> None:
+        self.workload = workload
+        self.words, self.overhead = tuple(vocabulary.words), overhead
+        first = set(vocabulary.first or vocabulary.words)
+        starts = [w for w in self.words if w in first] or list(self.words)
+        self._start = {w: (w if w in first else starts[i % len(starts)]) for i, w in enumerate(self.words)}
+        self._made: OrderedDict[str, list[str]] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"workload": self.workload, "words": self.words, "overhead": self.overhead, "start": self._start}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.workload, self.words, self.overhead, self._start = (
+            state["workload"],
+            state["words"],
+            state["overhead"],
+            state["start"],
+        )
+        self._made = OrderedDict()
+
+    def session(self, i: int) -> Session:
+        return self.workload.session(i)
+
+    def arrivals(self, rate: float, seed: int, first: int = 0) -> Iterator[float]:
+        return self.workload.arrivals(rate, seed, first)
+
+    def text(self, session: Session, k: int) -> str:
+        segments = list(session.turns[k].segments)
+        cut = self.overhead
+        while cut and segments:  # the server's own tokens (BOS, a chat template) come off the end
+            last = segments.pop()
+            if last.tokens > cut:
+                segments.append(Segment(last.id, last.tokens - cut))
+                break
+            cut -= last.tokens
+        words = [w for s in segments for w in self._words(s)] or [self.words[0]]
+        words[0] = self._start[words[0]]
+        return " ".join(words)
+
+    def _words(self, segment: Segment) -> list[str]:
+        """The segment's words: the first ``tokens`` of its id's own stream (a prefix of a longer use)."""
+        have = self._made.get(segment.id)
+        if have is None or len(have) < segment.tokens:
+            have = random.Random(f"segment-{segment.id}").choices(self.words, k=max(segment.tokens, len(have or ())))
+            self._made[segment.id] = have
+        self._made.move_to_end(segment.id)
+        while len(self._made) > self.CACHE:
+            self._made.popitem(last=False)
+        return have[: segment.tokens]

@@ -23,7 +23,6 @@ import gc
 import logging
 import math
 import os
-import random
 import subprocess
 import sys
 import time
@@ -36,8 +35,10 @@ from typing import Any
 import httpx
 
 from tuner.exceptions import ProbeError
+from tuner.probes._prompts import Source
 from tuner.probes._stream import RequestRecord, stop_clients, stream_request
 from tuner.processes import terminate_group
+from tuner.workload import MAX_TURNS, poisson
 
 __all__ = [
     "CEILING",
@@ -98,11 +99,7 @@ def senders_for(rate: float, output_tokens: int, cores: int) -> tuple[int, bool]
 
 def arrival_offsets(rate: float, seed: int) -> Iterator[float]:
     """Poisson arrivals of ``rate`` per second: seconds from the level's start, fixed by ``seed``."""
-    rng = random.Random(seed)
-    t = 0.0
-    while True:
-        t += rng.expovariate(rate)
-        yield t
+    return poisson(rate, seed)
 
 
 def with_prompt(body: dict[str, Any], api: str, text: str) -> dict[str, Any]:
@@ -117,7 +114,9 @@ class Plan:
     """One level as a sender needs it (pickled to each): the arrivals ``index``, ``index`` +
     ``senders``, ... of the Poisson process (``rate``, ``seed``) from ``t0`` (perf_counter time),
     at most ``cap`` of them at the server at once (later ones wait on the sender, the wait in
-    their TTFT); request ``i`` carries ``prompt(first_request + i)``."""
+    their TTFT); arrival ``i`` starts session ``first_request + i`` of ``source`` (its arrival
+    times: ``source.arrivals``, a Poisson process or a trace's own times), whose later turns
+    follow each one's end and think time; a request longer than ``context`` is never sent."""
 
     rate: float
     seed: int
@@ -126,20 +125,22 @@ class Plan:
     body: dict[str, Any]
     api: str
     headers: dict[str, str] = field(repr=False)
-    prompt: Callable[[int], str]
+    source: Source
     first_request: int
     cap: int
     request_timeout: float
     cached_field: tuple[str, str] | None = None
     senders: int = 1
     index: int = 0
+    context: int | None = None
 
 
-# A delta: (arrival index, started, sent, ttft, e2e, new stamps, prompt_tokens, completion_tokens,
-# cached_tokens, error, ok, cancelled, queued, at_gate)
+# A delta: (key: arrival index x MAX_TURNS + turn, started, sent, ttft, e2e, new stamps, prompt_tokens,
+# completion_tokens, cached_tokens, error, ok, cancelled, queued, at_gate, session, asked prompt, asked output)
 Delta = tuple[
-    int, float, float | None, float | None, float | None, list[float], Any, Any, Any, Any, bool, bool, float | None, float | None
-]
+    int, float, float | None, float | None, float | None, list[float], Any, Any, Any, Any, bool, bool, float | None,
+    float | None, Any, Any, Any,
+]  # fmt: skip
 
 
 @dataclass
@@ -224,8 +225,8 @@ class Level:
 
     @property
     def arrivals(self) -> int:
-        """Arrivals the senders released so far (their indices run 0..n-1 up to the stop)."""
-        return len(self._mirror)
+        """Sessions the senders started so far (their arrival indices run 0..n-1 up to the stop)."""
+        return max((key // MAX_TURNS for key in self._mirror), default=-1) + 1
 
     def readable(self, proc: _Sender) -> None:
         try:
@@ -245,10 +246,12 @@ class Level:
                 proc.stopped.set()
 
     def _merge(self, deltas: list[Delta]) -> None:
-        for i, started, sent, ttft, e2e, stamps, prompt, completion, cached, error, ok, cancelled, queued, at_gate in deltas:
+        for d in deltas:
+            i, started, sent, ttft, e2e, stamps, prompt, completion, cached, error, ok, cancelled, queued, at_gate = d[:14]
             rec = self._mirror.get(i)
             if rec is None:
-                rec = self._mirror[i] = RequestRecord(ok=False, started=started)
+                rec = self._mirror[i] = RequestRecord(ok=False, started=started, session=d[14], turn=i % MAX_TURNS)
+                rec.asked_prompt, rec.asked_output = d[15], d[16]
                 self._records.append(rec)
             rec.sent, rec.queued, rec.at_gate = sent, queued, at_gate  # written after its first delta, where it waited at the cap
             rec.stamps.extend(stamps)
@@ -348,28 +351,44 @@ async def _level(plan: Plan, client: httpx.AsyncClient, inbox: asyncio.Queue[tup
     tasks: set[asyncio.Task[Any]] = set()  # in flight only: a finished one is dropped (a 10-minute run starts ~10^5)
     gate = asyncio.Semaphore(plan.cap)
 
-    async def one(i: int, rec: RequestRecord) -> None:
-        body = with_prompt(plan.body, plan.api, plan.prompt(plan.first_request + i))
-        try:
-            rec.at_gate = time.perf_counter()
-            async with gate:
-                rec.queued = time.perf_counter() - rec.at_gate  # at the in-flight cap: the server's queue, not the client's lag
-                await stream_request(
-                    client, plan.url, body, plan.headers, rec=rec, cached_field=plan.cached_field, arrived=rec.started
-                )
-        except asyncio.CancelledError:
-            rec.cancelled = True
-            raise
+    async def one(i: int, at: float) -> None:
+        session = plan.source.session(plan.first_request + i)
+        for k, turn in enumerate(session.turns):
+            if k:  # a later turn: after the last one's end and the session's think time
+                if turn.think_s > 0:
+                    await asyncio.sleep(turn.think_s)
+                at = time.perf_counter()
+            if plan.context is not None and turn.prompt_tokens + turn.output > plan.context:
+                return  # longer than the server holds (the level counts it from the workload)
+            rec = live[i * MAX_TURNS + k] = RequestRecord(
+                ok=False, started=at, session=session.index, turn=k, asked_prompt=turn.prompt_tokens, asked_output=turn.output
+            )  # sent: when its bytes are written (stream_request)
+            body = with_prompt(
+                {**plan.body, "max_tokens": turn.output, "min_tokens": turn.output}, plan.api, plan.source.text(session, k)
+            )
+            try:
+                rec.at_gate = time.perf_counter()
+                async with gate:
+                    rec.queued = (
+                        time.perf_counter() - rec.at_gate
+                    )  # at the in-flight cap: the server's queue, not the client's lag
+                    await stream_request(
+                        client, plan.url, body, plan.headers, rec=rec, cached_field=plan.cached_field, arrived=rec.started
+                    )
+            except asyncio.CancelledError:
+                rec.cancelled = True
+                raise
+            if not rec.ok:
+                return  # a failed turn ends its session
 
     async def arrivals() -> None:
-        for i, offset in enumerate(arrival_offsets(plan.rate, plan.seed)):
+        for i, offset in enumerate(plan.source.arrivals(plan.rate, plan.seed, plan.first_request)):
             if i % plan.senders != plan.index:
                 continue
             at = plan.t0 + offset
             if (delay := at - time.perf_counter()) > 0:
                 await asyncio.sleep(delay)
-            rec = live[i] = RequestRecord(ok=False, started=at)  # sent: when its bytes are written (stream_request)
-            task = asyncio.create_task(one(i, rec))
+            task = asyncio.create_task(one(i, at))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
@@ -401,7 +420,7 @@ def _flush(live: dict[int, RequestRecord], shipped: dict[int, tuple[int, bool, b
         new = rec.stamps[had[0] if had else 0 :]
         deltas.append(
             (i, rec.started, rec.sent, rec.ttft, rec.e2e, new, rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens,
-             rec.error, rec.ok, rec.cancelled, rec.queued, rec.at_gate)
+             rec.error, rec.ok, rec.cancelled, rec.queued, rec.at_gate, rec.session, rec.asked_prompt, rec.asked_output)
         )  # fmt: skip
         shipped[i] = now
         if done:

@@ -40,6 +40,11 @@ class RequestRecord:
     sent: float | None = None
     queued: float | None = None
     at_gate: float | None = None
+    session: int | None = None  # the workload's session (tuner.workload) and this request's turn in it
+    turn: int | None = None
+    asked_prompt: int | None = None  # the prompt and output tokens the workload asked for
+    asked_output: int | None = None
+    reusable: int | None = None  # prompt tokens the workload let a cache serve (leading segments sent before)
 
     @property
     def chunks(self) -> int:

@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,13 +27,14 @@ from tuner import progress
 from tuner.engines import counter_total
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._drain import drain
-from tuner.probes._prompts import PromptMaker, one_token_words
+from tuner.probes._prompts import FixedSource, PromptMaker, Source, Vocabulary, WorkloadSource, one_token_words
 from tuner.probes._senders import CEILING, Plan, Senders, arrival_offsets, client_cores, senders_for, with_prompt
 from tuner.probes._stream import RequestRecord, stop_clients, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.records import Capacity, ProbeResult
 from tuner.space.schema import LoadProbeSpec
 from tuner.stats import Trend, batch_means, percentiles, trend
+from tuner.workload import Segment, Session, Turn, Workload
 
 __all__ = [
     "PER_GPU",
@@ -100,8 +101,9 @@ class LoadProbe(Probe):
         super().__init__(spec)
         self._requests = itertools.count()  # never reset: a probe run twice on one server sends new prompts
         self._asked_prompt: int | None = None
-        self._open: tuple[float, int, Any] | None = None  # the open-loop level running: (rate, seed, its Level)
+        self._open: tuple[float, int, Any, Any] | None = None  # the open-loop level running: (rate, seed, its Level, schedule)
         self._idle_s: float | None = None  # a 1-token request's time on the idle server (prompts())
+        self._source: Source | None = None  # what prompts() made: the levels' sessions and texts
 
     @classmethod
     def metric_names(cls, spec: LoadProbeSpec) -> set[str]:
@@ -129,12 +131,18 @@ class LoadProbe(Probe):
                     break
         return self._result(results, stop_reason)
 
-    async def prompts(self, client: httpx.AsyncClient, server: ServerHandle) -> Callable[[int], str]:
-        """The i-th request's prompt: fresh (never seen by the server) and of the asked length."""
+    async def prompts(self, client: httpx.AsyncClient, server: ServerHandle) -> Source:
+        """Session ``i`` and each turn's prompt (:class:`~tuner.probes._prompts.Source`): the
+        space's workload, or the fixed shape: one request, its prompt fresh (never seen by the
+        server) and of the asked length."""
         if self.spec.dataset:
-            return _dataset_prompts(self.spec.dataset)
+            return FixedSource(_dataset_prompts(self.spec.dataset), None, self.spec.output_tokens)
         tokenizer = Tokenizer(client, server.url, server.model, server.headers)
-        maker = PromptMaker(await one_token_words(tokenizer), self.spec.prompt_tokens, prefix_tokens=self.spec.prefix_tokens)
+        vocabulary = await one_token_words(tokenizer)
+        if self.spec.workload is not None:
+            self._source = await self._workload_source(client, server, tokenizer, vocabulary)
+            return self._source
+        maker = PromptMaker(vocabulary, self.spec.prompt_tokens, prefix_tokens=self.spec.prefix_tokens)
         probe = maker.make(-1)
         url, body, headers = self._request(server, probe)
         rec = await stream_request(
@@ -148,7 +156,23 @@ class LoadProbe(Probe):
             maker.calibrate(maker.sent_words, rec.prompt_tokens)
         logger.debug("prompts: %d words + %d tokens of overhead = %d", maker.body_words, maker.overhead, maker.asked)
         self._asked_prompt = maker.asked
-        return maker.make
+        return FixedSource(maker.make, maker.asked, self.spec.output_tokens)
+
+    async def _workload_source(
+        self, client: httpx.AsyncClient, server: ServerHandle, tokenizer: Tokenizer, vocabulary: Vocabulary
+    ) -> WorkloadSource:
+        """The workload's prompts, their server-side overhead (BOS, a chat template) read from one
+        request of 64 one-token words."""
+        assert self.spec.workload is not None
+        source = WorkloadSource(Workload(self.spec.workload), vocabulary)
+        text = source.text(Session(-1, "calibration", (Turn((Segment("calibration", 64),), 1),)), 0)
+        url, body, headers = self._request(server, text, 1)
+        rec = await stream_request(client, url, body, headers, cached_field=server.cached_tokens_field)
+        self._idle_s = rec.e2e if rec.ok else None
+        counted = rec.prompt_tokens if rec.prompt_tokens is not None else await tokenizer.count(text)
+        source.overhead = max(0, counted - 64)
+        self._asked_prompt = None
+        return source
 
     async def settle(self, client: httpx.AsyncClient, server: ServerHandle) -> dict[str, Any]:
         """Wait until ``server`` has nothing in flight (:func:`~tuner.probes._drain.drain`): a level
@@ -161,9 +185,10 @@ class LoadProbe(Probe):
 
         return await drain(client, server, ping, idle_s=self._idle_s, bound=max(self.spec.request_timeout, 30.0))
 
-    def _template(self, server: ServerHandle) -> tuple[str, dict[str, Any], dict[str, str]]:
-        """(url, body without its prompt, headers) of every request of a level."""
-        n = self.spec.output_tokens
+    def _template(self, server: ServerHandle, output: int | None = None) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """(url, body without its prompt, headers) of every request of a level (``output``
+        tokens, default the spec's)."""
+        n = output or self.spec.output_tokens
         body: dict[str, Any] = {
             "model": server.model,
             "max_tokens": n,
@@ -176,15 +201,17 @@ class LoadProbe(Probe):
         path = "chat/completions" if self.spec.api == "chat" else "completions"
         return f"{server.url}/v1/{path}", body, server.headers
 
-    def _request(self, server: ServerHandle, prompt: str) -> tuple[str, dict[str, Any], dict[str, str]]:
-        url, body, headers = self._template(server)
+    def _request(
+        self, server: ServerHandle, prompt: str, output: int | None = None
+    ) -> tuple[str, dict[str, Any], dict[str, str]]:
+        url, body, headers = self._template(server, output)
         return url, with_prompt(body, self.spec.api, prompt), headers
 
     async def level(
         self,
         client: httpx.AsyncClient,
         server: ServerHandle,
-        prompt: Callable[[int], str],
+        source: Source,
         concurrency: int,
         *,
         slice_s: float | None = None,
@@ -195,30 +222,45 @@ class LoadProbe(Probe):
         ``window``: how long it measures, where not the spec's ``duration`` to ``max_duration``."""
         spec = self.spec
         records: list[RequestRecord] = []
+        skipped: list[RequestRecord] = []  # longer than the server's context: counted, never sent
         finished = [0] * concurrency
         warmed = asyncio.Event()
         stopping = asyncio.Event()
 
         async def client_loop(slot: int) -> None:
-            # The first request of client i asks for (i+1)/C of the output: the clients finish it
+            # The first request of client i asks for (i+1)/C of its output: the clients finish it
             # spread over one request's lifetime, so the loop runs desynchronized, as real traffic
             # does, instead of in waves of C prefills then C decodes (which no window smooths).
-            first = max(1, -(-spec.output_tokens * (slot + 1) // concurrency))
+            # A client runs one session after another, each turn after the last one's end and its
+            # think time (the fixed shape: sessions of one request).
+            first = True
             while not stopping.is_set():
-                rec = RequestRecord(ok=False, started=time.perf_counter())
-                records.append(rec)
-                url, body, headers = self._request(server, prompt(next(self._requests)))
-                if first:
-                    body = {**body, "max_tokens": first, "min_tokens": first}
-                    first = 0
-                try:
-                    await stream_request(client, url, body, headers, rec=rec, cached_field=server.cached_tokens_field)
-                except asyncio.CancelledError:
-                    rec.cancelled = True
-                    raise
-                finished[slot] += 1
-                if min(finished) >= max(1, spec.warmup):
-                    warmed.set()
+                session = source.session(next(self._requests))
+                for k, turn in enumerate(session.turns):
+                    if k and turn.think_s > 0 and await _stopped_within(stopping, turn.think_s):
+                        return
+                    if stopping.is_set():
+                        return
+                    output = max(1, -(-turn.output * (slot + 1) // concurrency)) if first else turn.output
+                    first = False
+                    rec = _record(session, k, turn, output, time.perf_counter())
+                    if over_context(server, turn):
+                        skipped.append(rec)
+                        if len(skipped) >= SKIPPED_MAX and len(skipped) > len(records):
+                            logger.warning("load: the workload's requests are longer than the server's context: not sent")
+                            return
+                        await asyncio.sleep(0)
+                        break  # the rest of the session is longer still
+                    records.append(rec)
+                    url, body, headers = self._request(server, source.text(session, k), output)
+                    try:
+                        await stream_request(client, url, body, headers, rec=rec, cached_field=server.cached_tokens_field)
+                    except asyncio.CancelledError:
+                        rec.cancelled = True
+                        raise
+                    finished[slot] += 1
+                    if min(finished) >= max(1, spec.warmup):
+                        warmed.set()
 
         counters = await prefix_cache_counters(client, server)
         began = time.perf_counter()
@@ -231,6 +273,7 @@ class LoadProbe(Probe):
         late = f"level {concurrency}: warmup did not complete a full wave in time; measuring anyway"
         summary = await self._window(records, stop, warmed, late, slice_s=slice_s, window=window)
         summary["warmup_s"] = summary["window_at"][0] - began
+        summary["over_context"] = len(skipped)
         after = await prefix_cache_counters(client, server)
         if summary["cache_hit_rate"] is None and counters and after and after[0] > counters[0]:
             summary["cache_hit_rate"] = (after[1] - counters[1]) / (after[0] - counters[0])  # the level, warmup included
@@ -241,7 +284,7 @@ class LoadProbe(Probe):
         self,
         senders: Senders,
         server: ServerHandle,
-        prompt: Callable[[int], str],
+        source: Source,
         rate: float,
         seed: int = 0,
         *,
@@ -249,7 +292,8 @@ class LoadProbe(Probe):
         slice_s: float | None = None,
         window: Window | None = None,
     ) -> dict[str, Any]:
-        """Open loop: requests arrive as a Poisson process of ``rate`` per second, each on its own
+        """Open loop: sessions (the fixed shape: requests) arrive as a Poisson process of ``rate``
+        per second (a trace: at its own times, scaled to that rate), each on its own
         (no client waits for another, so a server that falls behind queues them), as production
         traffic and ``vllm bench serve --request-rate`` do. The arrival times are fixed from
         ``seed`` before the level starts and sent by ``senders`` (processes of their own, as many
@@ -273,24 +317,31 @@ class LoadProbe(Probe):
             if ended[0] >= max(1, spec.warmup):
                 warmed.set()
 
-        cap = in_flight_cap(server.capacity, spec.prompt_tokens + spec.output_tokens)
+        first = next(self._requests)
+        prompt_tokens, output_tokens, turns = shape(source, first) if spec.workload is not None else (
+            spec.prompt_tokens, spec.output_tokens, 1.0)  # fmt: skip
+        cap = in_flight_cap(server.capacity, round(prompt_tokens + output_tokens))
         cores = cores or client_cores()
-        count, enough = senders_for(rate, spec.output_tokens, cores)
+        count, enough = senders_for(rate * turns, round(output_tokens), cores)
         if not enough:
             logger.warning(
                 "open loop: %d client core(s) cannot send %.3g requests/s of %d-token streams (one core sends about %.0f/s); "
                 "the level records what was sent",
-                cores, rate, spec.output_tokens, CEILING.rate(spec.output_tokens),
+                cores, rate * turns, output_tokens, CEILING.rate(round(output_tokens)),
             )  # fmt: skip
         url, body, headers = self._template(server)
-        first = next(self._requests)
+        context = server.capacity.context_per_request
         plan = Plan(
-            rate, seed, 0.0, url, body, spec.api, headers, prompt, first, -(-cap // count), spec.request_timeout,
-            server.cached_tokens_field,
+            rate, seed, 0.0, url, body, spec.api, headers, source, first, -(-cap // count), spec.request_timeout,
+            server.cached_tokens_field, context=context - server.context_slack if context is not None else None,
         )  # fmt: skip
         level = await senders.start(plan, count, records, on_end)
         late = f"rate {rate:.3g}/s: no request ended in time; measuring anyway"
-        self._open = (rate, seed, level)
+
+        def schedule() -> Iterator[float]:
+            return source.arrivals(rate, seed, first)
+
+        self._open = (rate, seed, level, schedule)
         try:
             summary = await self._window(
                 records, lambda: level.stop(spec.request_timeout), warmed, late, slice_s=slice_s, window=window
@@ -300,14 +351,15 @@ class LoadProbe(Probe):
         self._requests = itertools.count(first + level.arrivals + 1)
         start, end = summary["window_at"]
         for part in summary.get("slices", ()):
-            part.update(open_loop_figures(records, part["window_at"][0], part["window_at"][1], rate, seed, level.t0))
+            a, b = part["window_at"]
+            part.update(open_loop_figures(records, a, b, rate, seed, level.t0, schedule()))
         summary.update(
             warmup_s=start - level.t0,
             in_flight_cap=cap,
             senders=count,
             client_cores=cores,
             sender_failures=level.failed,
-            **open_loop_figures(records, start, end, rate, seed, level.t0),
+            **open_loop_figures(records, start, end, rate, seed, level.t0, schedule()),
         )
         return summary
 
@@ -335,6 +387,8 @@ class LoadProbe(Probe):
             end, ci = await self._measure(records, start, window or Window(spec.duration, spec.max_duration))
         finally:
             await stop()
+        if isinstance(self._source, WorkloadSource):
+            mark_reusable(records, self._source)
         summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
         summary.update(ci_target_met=ci, window_at=[start, end])
         if slice_s:
@@ -381,8 +435,8 @@ class LoadProbe(Probe):
         spec = self.spec
         figures = summarize(records, start, now, spec.batches, spec.output_tokens, self._asked_prompt)
         if self._open is not None:
-            rate, seed, level = self._open
-            figures.update(open_loop_figures(records, start, now, rate, seed, level.t0))
+            rate, seed, level, schedule = self._open
+            figures.update(open_loop_figures(records, start, now, rate, seed, level.t0, schedule()))
         return figures
 
     def _result(self, levels: dict[int, dict[str, Any]], stop_reason: str) -> ProbeResult:
@@ -465,7 +519,7 @@ def summarize(
         "client_output_tokens": client_tokens,
         "usage_reported": all(r.completion_tokens is not None for r in ok),
         "token_mismatch": bool(out_tokens) and abs(client_tokens - out_tokens) / out_tokens > 0.01,
-        "short_outputs": sum(1 for r in ok if (r.completion_tokens or r.chunks) < expected_output),
+        "short_outputs": sum(1 for r in ok if (r.completion_tokens or r.chunks) < (r.asked_output or expected_output)),
         "output_tok_s": window.mean,
         "output_tok_s_ci": window.half_width,
         "batch_rates": list(window.rates),
@@ -500,12 +554,14 @@ GROWTH_MIN_ARRIVALS = 20  # a window with fewer has no trend worth fitting (the 
 
 
 def open_loop_figures(
-    records: list[RequestRecord], start: float, end: float, rate: float, seed: int, t0: float
+    records: list[RequestRecord], start: float, end: float, rate: float, seed: int, t0: float, schedule: Iterable[float] = ()
 ) -> dict[str, Any]:
     """What an open-loop level asked for and what it delivered, over the window ``[start, end)``.
 
-    ``offered_rate``: the arrivals the schedule (the Poisson draw of ``rate`` from ``seed``, from
-    ``t0``) put in the window, per second; ``achieved_rate``: the requests the senders delivered
+    ``offered_rate``: the arrivals the schedule (``schedule``'s offsets from ``t0``, else the
+    Poisson draw of ``rate`` from ``seed``) put in the window, per second (a session's later turns
+    are no scheduled arrivals: they follow its own pace; they count in the system from their
+    send); ``achieved_rate``: the requests the senders delivered
     in it: a request's bytes written (:attr:`RequestRecord.sent`) less any wait at the in-flight
     cap, which is the server's queue, not the client's; one still waiting there, when it got to
     the cap (``at_gate``). ``achieved_over_offered`` is their ratio, ``send_lag_*`` the seconds
@@ -524,12 +580,13 @@ def open_loop_figures(
     the SLO and how long the load must hold (:meth:`~tuner.space.schema.SloTargets.critical_growth`)."""
     seconds = max(end - start, 1e-9)
     due = []  # scheduled arrival times up to the window's end
-    for offset in arrival_offsets(rate, seed):
+    for offset in schedule or arrival_offsets(rate, seed):
         if t0 + offset >= end:
             break
         due.append(t0 + offset)
     scheduled = sum(1 for t in due if t >= start)
-    sent = [(r, at) for r in records if (at := delivered_at(r)) is not None and start <= at < end]
+    sent = [(r, at) for r in records if not r.turn and (at := delivered_at(r)) is not None and start <= at < end]
+    due = sorted(due + [r.started for r in records if r.turn and r.started < end])  # later turns: in from their send
     lags = [at - r.started for r, at in sent]
     ends = sorted(r.ended for r in records if r.ended is not None)
 
@@ -648,21 +705,106 @@ def batch_count(records: list[RequestRecord], seconds: float, cap: int) -> int:
     return max(2, min(cap, int(seconds / lifetimes[len(lifetimes) // 2])))
 
 
+def shape(source: Source, first: int, sessions: int = 200) -> tuple[float, float, float]:
+    """The mean prompt and output tokens of a request and the mean turns of a session, over the
+    ``sessions`` from ``first`` (what sizes an open loop's senders and in-flight cap)."""
+    drawn = [source.session(first + i) for i in range(sessions)]
+    turns = [t for s in drawn for t in s.turns]
+    return (
+        sum(t.prompt_tokens for t in turns) / len(turns),
+        sum(t.output for t in turns) / len(turns),
+        len(turns) / len(drawn),
+    )
+
+
+SKIPPED_MAX = 1000  # a client that skipped this many requests over the context, and sent fewer, stops
+
+
+def over_context(server: ServerHandle, turn: Turn) -> bool:
+    """A request longer (prompt and output) than the server holds for one request: never sent,
+    counted per level (``over_context``), as the config's limit, not an error of the server."""
+    context = server.capacity.context_per_request
+    return context is not None and turn.prompt_tokens + turn.output > context - server.context_slack
+
+
+def _record(session: Session, k: int, turn: Turn, output: int, started: float) -> RequestRecord:
+    asked = turn.prompt_tokens if session.kind != "fixed" or turn.prompt_tokens else None
+    return RequestRecord(
+        ok=False, started=started, session=session.index, turn=k, asked_prompt=asked, asked_output=output
+    )  # fmt: skip
+
+
+async def _stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` (a session's think time) unless the level stops first: True if it did."""
+    try:
+        await asyncio.wait_for(stopping.wait(), timeout=seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
 def _ended_in(rec: RequestRecord, start: float, end: float) -> bool:
     return rec.ended is not None and start <= rec.ended < end
 
 
 def _prompt_figures(ok: list[RequestRecord], asked: int | None) -> dict[str, Any]:
-    """How exact the prompt lengths were, and how much of them the server served from its cache."""
+    """How exact the prompt lengths were (against each request's own asked length, else
+    ``asked``), their percentiles and the outputs' by the server's count, how much of the prompts
+    the server served from its cache, and how much the workload let it (``cache_hit_allowed``:
+    the leading segments an earlier request sent; per turn of a session too)."""
     counted = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
-    cached = [(r.cached_tokens, r.prompt_tokens) for r in ok if r.cached_tokens is not None and r.prompt_tokens]
+    exact = [r.prompt_tokens == want for r in ok if r.prompt_tokens is not None and (want := r.asked_prompt or asked)]
+    cached = [r for r in ok if r.cached_tokens is not None and r.prompt_tokens]
+    outputs = [r.completion_tokens for r in ok if r.completion_tokens is not None]
+    asked_in = [(r.prompt_tokens, r.asked_prompt) for r in ok if r.prompt_tokens is not None and r.asked_prompt]
+    asked_out = [(r.completion_tokens, r.asked_output) for r in ok if r.completion_tokens is not None and r.asked_output]
+    allowed = [(r.reusable, r.asked_prompt) for r in ok if r.reusable is not None and r.asked_prompt]
     figures: dict[str, Any] = {
         "prompt_tokens_min": min(counted) if counted else None,
         "prompt_tokens_max": max(counted) if counted else None,
-        "prompt_tokens_exact": (sum(1 for c in counted if c == asked) / len(counted)) if counted and asked else None,
-        "cache_hit_rate": sum(c for c, _ in cached) / sum(p for _, p in cached) if cached else None,
+        "prompt_tokens_exact": sum(exact) / len(exact) if exact else None,
+        "prompt_tokens_over_asked": _share(asked_in),
+        "output_tokens_over_asked": _share(asked_out),
+        "cache_hit_rate": _share([(r.cached_tokens, r.prompt_tokens) for r in cached]),
+        "cache_hit_allowed": _share(allowed),
+        "cached_tokens": sum(r.cached_tokens or 0 for r in cached),
     }
+    for name, values in (("prompt_tokens", counted), ("output_tokens", outputs)):
+        figures.update({f"{name}_p{p}": v for p, v in percentiles([float(v) for v in values], PCTS).items()})
+    turns = sorted({r.turn for r in cached if r.turn})
+    if turns:  # sessions: the hit rate by turn (the first turn's is the system prompt's at most)
+        by_turn = {t: [(r.cached_tokens, r.prompt_tokens) for r in cached if (r.turn or 0) == t] for t in [0, *turns]}
+        figures["cache_hit_by_turn"] = {str(t): _share(pairs) for t, pairs in by_turn.items() if pairs}
     return figures
+
+
+def _share(pairs: Sequence[tuple[int | None, int | None]]) -> float | None:
+    """sum(part) / sum(whole) over the pairs (None: nothing to divide)."""
+    whole = sum(w or 0 for _, w in pairs)
+    return sum(p or 0 for p, _ in pairs) / whole if whole else None
+
+
+def mark_reusable(records: Sequence[RequestRecord], source: Source) -> None:
+    """Each request's :attr:`~RequestRecord.reusable`: the prompt tokens of its leading segments
+    that a request sent before it sent too (in the order they were sent; a segment sent shorter
+    before counts that far, then the chain stops)."""
+    longest: dict[str, int] = {}
+    sessions: dict[int, Session] = {}
+    for rec in sorted((r for r in records if r.session is not None and r.sent is not None), key=lambda r: r.sent or 0.0):
+        assert rec.session is not None
+        session = sessions.get(rec.session) or sessions.setdefault(rec.session, source.session(rec.session))
+        if session.kind == "fixed":
+            continue
+        turn = session.turns[rec.turn or 0]
+        found = 0
+        for segment in turn.segments:
+            seen = longest.get(segment.id, 0)
+            found += min(seen, segment.tokens)
+            if seen < segment.tokens:
+                break
+        rec.reusable = found
+        for segment in turn.segments:
+            longest[segment.id] = max(longest.get(segment.id, 0), segment.tokens)
 
 
 def _stop_reason(results: dict[int, dict[str, Any]], level: int, target: int) -> str:

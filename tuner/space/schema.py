@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tuner.units import parse_bytes, parse_duration
+from tuner.workload.spec import WorkloadSpec
 
 __all__ = [
     "Budget",
@@ -191,6 +192,7 @@ class LoadProbeSpec(_ProbeSpec):
     warmup: int = Field(1, ge=0)
     request_timeout: float = 120.0
     dataset: str | None = None
+    workload: WorkloadSpec | None = None  # the space's ``workload:`` (set when it loads): instead of the fixed shape
 
     @field_validator("duration", "max_duration", mode="before")
     @classmethod
@@ -513,6 +515,7 @@ class SearchSpace(_Strict):
     hardware: Hardware = Field(default_factory=Hardware)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     remeasure: RemeasureSpec = Field(default_factory=RemeasureSpec)
+    workload: WorkloadSpec | str | None = None  # a file's path until the space is loaded (tuner.app.prepare)
 
     @field_validator("parameters")
     @classmethod
@@ -521,6 +524,13 @@ class SearchSpace(_Strict):
             if not _FLAG_NAME.match(name):
                 raise ValueError(f"parameter name {name!r} must be letters, digits, '-' or '_'")
         return params
+
+    def load_spec(self) -> LoadProbeSpec | None:
+        """The load probe's spec as every probe that loads the server uses it: with the space's
+        workload (a space with a workload and no load probe: the defaults' windows)."""
+        if not isinstance(self.workload, WorkloadSpec):
+            return self.probes.load
+        return (self.probes.load or LoadProbeSpec()).model_copy(update={"workload": self.workload})
 
     def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Everything a launch of ``params`` sets: fixed flags, the params, and tied flags."""
