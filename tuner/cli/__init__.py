@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - older Typer on top of Click
     click_errors = importlib.import_module("click.exceptions")
 
 from tuner.app.read import storage_error_text
-from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate
+from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate, _workload
 from tuner.cli._common import set_verbosity
 from tuner.credentials import mask
 from tuner.exceptions import ConfigError, ProvisionError, TunerError
@@ -68,6 +68,7 @@ app.command("compare")(_compare.compare)
 app.command("pareto")(_pareto.pareto)
 app.command("report")(_report.report)
 app.add_typer(_engines.app, name="engines")
+app.add_typer(_workload.app, name="workload")
 
 
 def main() -> None:

@@ -330,7 +330,7 @@ class LoadProbe(Probe):
                 cores, rate * turns, output_tokens, CEILING.rate(round(output_tokens)),
             )  # fmt: skip
         url, body, headers = self._template(server)
-        context = server.capacity.context_per_request
+        context = server.capacity.context_per_request if server.capacity is not None else None
         plan = Plan(
             rate, seed, 0.0, url, body, spec.api, headers, source, first, -(-cap // count), spec.request_timeout,
             server.cached_tokens_field, context=context - server.context_slack if context is not None else None,
@@ -723,7 +723,7 @@ SKIPPED_MAX = 1000  # a client that skipped this many requests over the context,
 def over_context(server: ServerHandle, turn: Turn) -> bool:
     """A request longer (prompt and output) than the server holds for one request: never sent,
     counted per level (``over_context``), as the config's limit, not an error of the server."""
-    context = server.capacity.context_per_request
+    context = server.capacity.context_per_request if server.capacity is not None else None
     return context is not None and turn.prompt_tokens + turn.output > context - server.context_slack
 
 

@@ -1,0 +1,29 @@
+"""`tune workload stats FILE`: what a Mooncake-format trace holds (rate, lengths, reuse)."""
+
+from __future__ import annotations
+
+import typer
+
+from tuner.cli._common import echo
+from tuner.workload import read_trace, trace_stats
+
+app = typer.Typer(help="Inspect workloads: traces and what they ask of a server.", no_args_is_help=True)
+
+
+@app.command("stats")
+def stats(
+    path: str = typer.Argument(..., help="a JSONL trace (Mooncake: timestamp, input_length, output_length, hash_ids)"),
+    block: int = typer.Option(512, "--block", min=1, help="tokens per hash id"),
+) -> None:
+    """Print what a trace holds: requests, span and rate, prompt and output lengths, and the share
+    of prompt tokens a cache could serve."""
+    found = trace_stats(read_trace(path, block), block)
+    rate = f"{found['rate']:.3g} requests/s" if found["rate"] else "one instant"
+    echo(f"{path}: {found['requests']:,} requests over {found['span_s']:,.1f} s ({rate})")
+    for name in ("prompt", "output"):
+        d = found[name]
+        echo(f"  {name} tokens: mean {d['mean']:,.1f}, p50 {d['p50']:,.0f}, p90 {d['p90']:,.0f}, p99 {d['p99']:,.0f}")
+    echo(
+        f"  reuse: {found['reusable_share']:.1%} of {found['prompt_tokens']:,} prompt tokens in blocks an earlier "
+        f"request sent ({found['blocks']:,} distinct blocks of {block})"
+    )
