@@ -131,15 +131,16 @@ def test_a_trace_with_known_reuse_is_sent_exactly_and_served_from_the_cache_as_i
     rows = []
     for i in range(60):
         chain, k = divmod(i, 3)
-        rows.append({"timestamp": 100 * i, "input_length": 64 * (k + 1) + 20, "output_length": 8 + k,
+        rows.append({"timestamp": 100 * i, "input_length": 32 * (k + 1) + 10, "output_length": 4 + k,
                      "hash_ids": [1000 * chain + j for j in range(k + 2)]})  # fmt: skip
     path = _trace(tmp_path / "chains.jsonl", rows)
-    workload = WorkloadSpec.model_validate({"trace": str(path), "block": 64})
-    spec = LoadProbeSpec(concurrency=[1], duration=6, max_duration=8, warmup=1, workload=workload)
+    workload = WorkloadSpec.model_validate({"trace": str(path), "block": 32})
+    # 12 s: 14 requests of twice these lengths took 8 s here alone, 7 in CI beside other tests (ci50)
+    spec = LoadProbeSpec(concurrency=[1], duration=12, max_duration=14, warmup=1, workload=workload)
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 1}) as server:
         server.wait_ready()
         level = LoadProbe(spec).run(replace(handle(server))).details["levels"]["1"]
-    assert level["requests"] >= 10 and level["errors"] == 0, level
+    assert level["requests"] >= 9 and level["errors"] == 0, level  # three chains at least
     assert level["prompt_tokens_exact"] == 1.0, level
     assert level["output_tokens_over_asked"] == pytest.approx(1.0, abs=0.01), level
     assert level["cache_hit_allowed"] > 0.3, level

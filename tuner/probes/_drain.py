@@ -7,6 +7,10 @@ that broke, the next would break too, and the search is biased toward "break". :
 waits until the engine's own count of requests in flight (running and queued) is zero
 (:attr:`~tuner.probes.ServerHandle.in_flight_source`), or, where the engine keeps no such count,
 until a 1-token request is answered about as fast as on the idle server; both with a bound.
+The count must read zero twice, :data:`POLL_S` apart: llama-server answers ``/slots`` ahead of its
+queue, so in the moment between a slot's release and the next queued request taking it every slot
+reads idle while requests still wait (CI measured a level on such a server: 7 of 7 requests still
+waiting at 2.9 s, at half the rate that had held).
 """
 
 from __future__ import annotations
@@ -67,11 +71,16 @@ async def drain(
     what the level stores: ``drain_s``, ``drained`` and how it was judged (``drained_by``)."""
     began = time.perf_counter()
     can_ping = ping is not None and idle_s is not None
+    zeros = 0
     while True:
         left = await in_flight(client, server)
-        if left == 0:
+        zeros = zeros + 1 if left == 0 else 0
+        if zeros >= 2:
             by = "engine count"
             break
+        if left == 0:  # once: read it again a poll later
+            await asyncio.sleep(POLL_S)
+            continue
         if left is None and not can_ping:
             return {"drain_s": 0.0, "drained": None, "drained_by": "nothing to judge by"}
         if can_ping:  # also where the engine's count says busy: a gauge the engine stops updating when idle reads stale
