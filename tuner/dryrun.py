@@ -51,6 +51,7 @@ def dry_run(
         lines += [f"  {p.describe()}" for p in make_partitions(hw.kind, hw.devices, hw.per_trial)[:max_parallel]]
     else:
         lines.append(f"  trial size from parameter {hw.per_trial!r}: partitions packed first-fit per trial")
+    lines += space.describe_workload()
     study = optuna.create_study(directions=objective.directions, sampler=make_sampler(space, name=sampler))
     for params in space.enqueue:
         enqueue(study, params)

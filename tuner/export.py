@@ -196,7 +196,7 @@ class Export:
             "argv": list(self.command.argv),
             "engine_version": self.engine_version,
             "memory_cap": self.memory_cap,
-            "from": {"study": self.study, "trial": self.candidate.number},
+            "from": {"study": self.study, "trial": self.candidate.number, "workload": self.space.describe_workload()},
         }
         own = engines.get(self.space.engine).config_file(flags)  # the engine's own file, where it reads one
         return yaml.safe_dump(doc if own is None else own, sort_keys=False)
@@ -214,6 +214,7 @@ class Export:
                     "params": self.params,
                     "study": self.study,
                     "trial": self.candidate.number,
+                    "workload": self.space.describe_workload(),
                     "values": dict(zip(self.metric_names, self.candidate.values, strict=False)),
                     "revalidated": self.candidate.revalidated,
                     "confirmed": _confirmed_summary(self.candidate.trial.confirmed),
@@ -230,6 +231,10 @@ class Export:
         comment = [
             f"# {name}.service: exported by `tune export` from study {self.study!r}, trial {self.candidate.number}",
             f"# engine: {self.space.engine} {self.engine_version or '(version unknown)'}",
+            *(
+                f"# tuned under the {line}" if i == 0 else f"#   {line.strip()}"
+                for i, line in enumerate(self.space.describe_workload())
+            ),
             "# measured:" + (" (re-validated)" if self.candidate.revalidated else " (first measurement, not re-validated)"),
             *[f"#   {line}" for line in self.figures()],
             "# limits:",

@@ -100,6 +100,8 @@ def build_report(studied: Studied, space: SearchSpace, *, run_dir: Path | None =
     failures = _failures(everything)
 
     md = [f"# tuner report: {name}", "", f"engine **{space.engine}**, model `{space.model.path}`", ""]
+    if said := space.describe_workload():  # what every load was: the figures below hold for this traffic
+        md += ["## Workload", "", *(f"- {line.strip()}" for line in said), ""]
     md += [
         "## Trials by state",
         "",

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import warnings
+from pathlib import Path
 
 import optuna
 
@@ -21,8 +22,15 @@ logger = logging.getLogger(__name__)
 
 
 def space_fingerprint(space: SearchSpace) -> str:
-    """A digest of the validated space, independent of YAML formatting and comments."""
-    canonical = json.dumps(space.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """A digest of the validated space, independent of YAML formatting and comments. A workload's
+    trace counts by its content (sha256) and name, not the folder it was found in (made absolute
+    when the space loads): a study resumed from another checkout is the same study."""
+    dumped = space.model_dump(mode="json")
+    for kind in (dumped.get("workload") or {}).get("classes", []) if isinstance(dumped.get("workload"), dict) else []:
+        for key in ("trace", "agentic"):
+            if kind.get("sha256") and isinstance(kind.get(key), str):
+                kind[key] = Path(kind[key]).name
+    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

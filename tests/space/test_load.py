@@ -110,11 +110,12 @@ def test_shipped_spaces_validate(name: str, monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_mixed_trial_size_ranked_per_server_is_warned(caplog: pytest.LogCaptureFixture) -> None:
     """b300 mixes tp 4 and 8: per-server tok/s would favour the server on more GPUs; the shipped
     space ranks per GPU and is not warned about."""
-    raw = yaml.safe_load((ROOT / "search_spaces" / "b300.yaml").read_text())
+    path = str(ROOT / "search_spaces" / "b300.yaml")  # its workload file is found beside it
+    raw = yaml.safe_load(Path(path).read_text())
     with caplog.at_level(logging.WARNING, logger="tuner.app.prepare"):
-        prepare.validate(raw, "b300.yaml")
+        prepare.validate(raw, path)
         assert not caplog.records
-        prepare.validate({**raw, "objectives": "throughput-vs-context"}, "b300.yaml")
+        prepare.validate({**raw, "objectives": "throughput-vs-context"}, path)
     assert "b300.yaml: objectives: the trial size varies with 'tp' but load.output_tok_s is per server" in caplog.text
 
 
@@ -191,11 +192,11 @@ def test_every_shipped_gpu_space_measures_with_cuda_graphs(path: Path, tmp_path:
     raw = yaml.safe_load(path.read_text())
     raw["model"]["path"] = str(tmp_path)  # laid out on the H200 by the installers
     with caplog.at_level(logging.WARNING, logger="tuner.app.prepare"):
-        space = prepare.validate(raw, path.name)
+        space = prepare.validate(raw, str(path))  # the space's own path: its workload file is found beside it
         assert not [r for r in caplog.records if "CUDA graphs" in r.getMessage()], caplog.text
         off = engines.get(space.engine).graphs_off_flags[0]
-        prepare.validate({**raw, "server": {**raw["server"], "flags": {**raw["server"]["flags"], off: True}}}, path.name)
-    assert f"{path.name}: server.flags.{off}: trials measure without CUDA graphs" in caplog.text
+        prepare.validate({**raw, "server": {**raw["server"], "flags": {**raw["server"]["flags"], off: True}}}, str(path))
+    assert f"{path}: server.flags.{off}: trials measure without CUDA graphs" in caplog.text
 
 
 def test_the_slo_is_written_once_in_the_objective_set_and_reaches_the_probe() -> None:

@@ -15,7 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from tuner.workload import Dist, TraceError, Workload, WorkloadSpec, draw, read_trace, reusable, trace_stats
+from tuner.workload import (
+    Dist,
+    TraceError,
+    Workload,
+    WorkloadSpec,
+    agentic_stats,
+    draw,
+    read_agentic,
+    read_trace,
+    reusable,
+    trace_stats,
+)
 
 
 @pytest.mark.parametrize(
@@ -117,6 +128,55 @@ def test_a_sessions_turn_resends_its_history_and_adds_the_users_new_tokens() -> 
     assert one.turns[0].segments[0] == other.turns[0].segments[0] and one.turns[0].segments[1] != other.turns[0].segments[1]
 
 
+def _agentic(path: Path, conversations: list) -> Path:
+    path.write_text(json.dumps({"metadata": {"source": "a test"}, "conversations": conversations}))
+    return path
+
+
+def _turn(tokens: int | None, text: str = "x") -> dict:
+    return {"messages": [{"role": "user", "content": text}], **({} if tokens is None else {"prompt_tokens": tokens})}
+
+
+def test_an_agentic_trace_is_read_as_sessions_at_its_prompt_lengths_and_a_cut_history_starts_again(tmp_path: Path) -> None:
+    """SGLang's agentic-trace JSON: each turn's prompt is the trace's length, the history before it
+    resent (the previous prompt, the answer); a turn without messages is skipped as SGLang skips it;
+    a prompt shorter than its history (the agent compacted it) starts the history again."""
+    path = _agentic(tmp_path / "a.json", [
+        [_turn(100), _turn(100 + 30 + 25), {"messages": []}, _turn(40), _turn(40 + 30 + 5)],
+        [_turn(60)],
+    ])  # fmt: skip
+    assert read_agentic(path) == ((100, 155, 40, 75), (60,))
+    work = Workload(WorkloadSpec.model_validate({"agentic": str(path), "output": 30, "think": 2}))
+    one = work.session(0)
+    assert [t.prompt_tokens for t in one.turns] == [100, 155, 40, 75] and {t.output for t in one.turns} == {30}
+    assert [t.think_s for t in one.turns] == [0.0, 2.0, 2.0, 2.0]
+    assert one.turns[1].segments[:1] == one.turns[0].segments and one.turns[1].segments[-1].tokens == 25
+    assert len(one.turns[2].segments) == 1 and one.turns[3].segments[:1] == one.turns[2].segments  # started again
+    assert [t.prompt_tokens for t in work.session(1).turns] == [60] and work.session(2).turns[0].prompt_tokens == 100
+    found = agentic_stats(read_agentic(path), 30)
+    assert found["conversations"] == 2 and found["requests"] == 5
+    assert found["reusable_share"] == pytest.approx((100 + 40) / (100 + 155 + 40 + 75 + 60))  # resent prompts
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({"conversations": [[_turn(10), _turn(None)]]}, "a.json: conversations[0][1]: no 'prompt_tokens'"),
+        ({"conversations": [[_turn(10)], [_turn(0)]]}, "a.json: conversations[1][0]: prompt_tokens 0 is not a positive"),
+        ({"conversations": []}, "a.json: no 'conversations'"),
+        ({"conversations": [[{"messages": []}]]}, "a.json: no conversation has a turn with messages"),
+    ],
+)
+def test_a_bad_agentic_trace_is_one_error_naming_the_file_and_the_turn(tmp_path: Path, content: dict, message: str) -> None:
+    (tmp_path / "a.json").write_text(json.dumps(content))
+    with pytest.raises(TraceError) as caught:
+        read_agentic(tmp_path / "a.json")
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    (tmp_path / "b.json").write_text('{"conversations": [\n  [1,\n')
+    with pytest.raises(TraceError, match=r"b\.json:3: not JSON"):
+        read_agentic(tmp_path / "b.json")
+
+
 @pytest.mark.integration
 def test_a_trace_with_known_reuse_is_sent_exactly_and_served_from_the_cache_as_it_allows(
     tmp_path: Path, llama_server: Path, smollm2: Path
@@ -160,6 +220,10 @@ def test_a_space_states_its_workload_by_file_and_a_bad_trace_is_one_line_naming_
     from tests.conftest import ROOT, tiny_space, tune_here
     from tuner.app.prepare import validate
 
+    _agentic(tmp_path / "conv.json", [[_turn(50), _turn(120)]])
+    space = validate({**tiny_space(), "workload": {"agentic": str(tmp_path / "conv.json"), "output": 20}}, "s.yaml")
+    agentic = space.workload.classes[0]  # type: ignore[union-attr]
+    assert agentic.kind == "agentic" and Path(agentic.agentic).is_absolute() and len(agentic.sha256) == 64
     for name in ("chat", "agent-sessions", "agent-trace"):
         space = validate({**tiny_space(), "workload": str(ROOT / "workloads" / f"{name}.yaml")}, "s.yaml")
         assert isinstance(space.workload, WorkloadSpec) and space.load_spec().workload == space.workload  # type: ignore[union-attr]
@@ -183,3 +247,93 @@ def test_tune_workload_stats_prints_what_a_trace_holds(capsys: pytest.CaptureFix
     assert tune_here("workload", "stats", str(ROOT / "workloads/traces/agent-sample.jsonl")) == 0
     out = capsys.readouterr().out
     assert "157 requests over 200.1 s" in out and "reuse: 78.9% of 527,797 prompt tokens" in out, out
+
+
+def test_tune_workload_stats_reads_an_agentic_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import tune_here
+
+    path = _agentic(tmp_path / "a.json", [[_turn(100), _turn(200), _turn(300)], [_turn(1000)]])
+    assert tune_here("workload", "stats", str(path), "--output", "50") == 0
+    out = capsys.readouterr().out
+    assert "2 conversations, 4 turns" in out and "reuse: 18.8% of 1,600 prompt tokens" in out, out
+    (tmp_path / "b.json").write_text('{"conversations": [[{"messages": [1]}]]}')
+    assert tune_here("workload", "stats", str(tmp_path / "b.json")) == 2
+    said = capsys.readouterr()
+    assert "b.json: conversations[0][0]: no 'prompt_tokens'" in said.out + said.err, said
+
+
+@pytest.mark.integration
+def test_sessions_in_the_open_loop_arrive_on_schedule_and_their_later_turns_hit_the_cache(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
+    """Sessions of four turns arrive as a Poisson process, their later turns after each ends and a
+    think time: the senders release what the schedule asks (>= 0.97 of it), every prompt is the
+    length the session asks by the server's count, and the cache serves more of a turn's prompt the
+    later the turn (the history it resends grows; a first turn shares nothing), within 5 points of
+    what the resent history allows."""
+    import asyncio
+
+    import httpx
+
+    from tests.conftest import handle, llama_server_process
+    from tuner.probes import LoadProbe
+    from tuner.probes._senders import Senders
+    from tuner.space import LoadProbeSpec
+
+    workload = WorkloadSpec.model_validate({"turns": 4, "user": 40, "output": 6, "think": 0.3})
+    spec = LoadProbeSpec(concurrency=[1], duration=10, max_duration=12, warmup=1, workload=workload)
+    probe = LoadProbe(spec)
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 4096, "parallel": 4}) as server:
+        server.wait_ready()
+
+        async def level() -> dict:
+            async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
+                source = await probe.prompts(client, handle(server))
+            with Senders() as senders:
+                return await probe.rate_level(senders, handle(server), source, 0.4, seed=3)
+
+        found = asyncio.run(level())
+    assert found["errors"] == 0 and found["achieved_over_offered"] >= 0.97 and not found["client_bound"], found
+    assert found["prompt_tokens_exact"] == 1.0, found
+    hits = found["cache_hit_by_turn"]
+    assert {"0", "1", "2"} <= set(hits), found
+    assert hits["0"] < 0.2 < hits["1"] < hits["2"] <= hits.get("3", 1.0), hits  # turn k resends most of its prompt
+    # as its history allows, with a slot per session in flight (on 2 slots, 4 sessions evicted each
+    # other's history: turn 1 was served 16 % of its prompt, turn 3 none; with 4: 0, 47, 65, 74 %)
+    assert found["cache_hit_rate"] == pytest.approx(found["cache_hit_allowed"], abs=0.05), found
+
+
+def test_the_study_knows_its_workload_by_content_and_every_view_says_it(tmp_path: Path) -> None:
+    """A space's fingerprint holds its trace's content: another trace under the same name is a
+    changed space (a resume is refused), the same trace found in another folder is not; the line
+    status, report and export print names the trace and what it holds."""
+    import shutil
+
+    from tests.conftest import ROOT, tiny_space
+    from tuner.app.prepare import validate
+    from tuner.study import space_fingerprint
+
+    for folder in ("a", "b", "c"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(ROOT / "workloads/traces/agent-sample.jsonl", tmp_path / folder / "t.jsonl")
+    with (tmp_path / "c" / "t.jsonl").open("a") as f:
+        f.write('{"timestamp": 999999999, "input_length": 10, "output_length": 3, "hash_ids": [1]}\n')
+    spaces = {f: validate({**tiny_space(), "workload": {"trace": str(tmp_path / f / "t.jsonl")}}, "s.yaml") for f in "abc"}
+    digest = {f: space_fingerprint(s) for f, s in spaces.items()}
+    assert digest["a"] == digest["b"] != digest["c"]
+    said = spaces["a"].describe_workload()
+    assert said == [
+        "workload: Mooncake trace t.jsonl (157 requests over 200 s, prompts 3,362 and outputs 213 tokens on average, "
+        f"79% of prompt tokens reusable), sha256 {spaces['a'].workload.classes[0].sha256[:12]}"  # type: ignore[union-attr]
+    ], said
+    mixed = WorkloadSpec.model_validate({"name": "mix", "classes": [
+        {"kind": "lengths", "weight": 3, "prompt": {"lognormal": {"mean": 900, "sd": 400}, "min": 16},
+         "output": {"uniform": [32, 64]}},
+        {"kind": "sessions", "turns": {"uniform": [2, 6]}, "user": 200, "output": 90, "think": 1.5, "system": 700},
+    ]})  # fmt: skip
+    assert mixed.describe() == [
+        "workload 'mix':",
+        "  75%: one-turn requests: prompts of lognormal 900 +- 400, at least 16 tokens (fresh), 32-64 out",
+        "  25%: sessions of 2-6 turns resending their history: 200 new tokens and 90 out per turn, 1.5 s between "
+        "turns, a system prompt of 700 tokens shared by all",
+    ]

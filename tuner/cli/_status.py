@@ -52,6 +52,8 @@ def print_table(study: optuna.Study | StudyRecord, width: int | None = None) -> 
     echo_wide(rows, lead=["#"], groups=[results, params], width=width or terminal_width())
     counts = dict(Counter(str(r["state"]) for r in rows))
     echo(f"\ntrials by state: {counts}")
+    for line in space.describe_workload() if space else []:
+        echo(line)
     if counts.get("RUNNING") and (stale := stale_running(record)):
         echo(stale)
     print_noise(record)

@@ -532,6 +532,21 @@ class SearchSpace(_Strict):
             return self.probes.load
         return (self.probes.load or LoadProbeSpec()).model_copy(update={"workload": self.workload})
 
+    def describe_workload(self) -> list[str]:
+        """What the probes that load the server send, in a line (a line per class of a mixed
+        workload): the space's workload, else the load probe's fixed shape."""
+        if isinstance(self.workload, WorkloadSpec):
+            return self.workload.describe()
+        if isinstance(self.workload, str):
+            return [f"workload: {self.workload} (not loaded)"]
+        load = self.probes.load
+        if load is None:
+            return []
+        if load.dataset:
+            return [f"workload: prompts from {load.dataset}, {load.output_tokens:,} tokens out, every prompt fresh"]
+        shared = f", the first {load.prefix_tokens:,} shared by all" if load.prefix_tokens else ", every prompt fresh"
+        return [f"workload: the fixed shape: {load.prompt_tokens:,}-token prompts{shared}, {load.output_tokens:,} tokens out"]
+
     def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Everything a launch of ``params`` sets: fixed flags, the params, and tied flags."""
         return {**self.server.flags, **params, **{flag: params[src] for flag, src in self.tied.items() if src in params}}

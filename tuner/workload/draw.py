@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.workload.spec import Dist, LengthsClass, SessionsClass, TraceClass, WorkloadSpec
+from tuner.workload.agentic import read_agentic
+from tuner.workload.spec import AgenticClass, Dist, LengthsClass, SessionsClass, TraceClass, WorkloadSpec
 from tuner.workload.trace import TraceRow, read_trace
 
 __all__ = ["MAX_TURNS", "Segment", "Session", "Turn", "Workload", "draw", "fixed", "poisson"]
@@ -126,6 +127,7 @@ class Workload:
     def __init__(self, spec: WorkloadSpec) -> None:
         self.spec = spec
         self._rows = {c: read_trace(k.trace, k.block) for c, k in enumerate(spec.classes) if isinstance(k, TraceClass)}
+        self._agentic = {c: read_agentic(k.agentic) for c, k in enumerate(spec.classes) if isinstance(k, AgenticClass)}
         total = sum(c.weight for c in spec.classes)
         self._cumulative = list(itertools.accumulate(c.weight / total for c in spec.classes))
         self._chosen: list[int] = []  # the class of session 0, 1, ... so far
@@ -159,6 +161,9 @@ class Workload:
             return Session(i, "lengths", (turn,))
         if isinstance(kind, TraceClass):
             return self._trace_session(i, c, n, kind)
+        if isinstance(kind, AgenticClass):
+            conversations = self._agentic[c]
+            return _agentic(i, kind, conversations[n % len(conversations)], rng)
         return _conversation(i, c, kind, rng)
 
     def _trace_session(self, i: int, c: int, n: int, kind: TraceClass) -> Session:
@@ -206,6 +211,23 @@ def _conversation(i: int, c: int, kind: SessionsClass, rng: random.Random) -> Se
     made = []
     for k in range(turns):
         user = Segment(f"s{i}.u{k}", _tokens(kind.user, rng))
+        output = _tokens(kind.output, rng)
+        think = max(0.0, draw(kind.think, rng)) if k else 0.0
+        made.append(Turn((*history, user), output, think))
+        history += [user, Segment(f"s{i}.a{k}", output)]
+    return Session(i, "sessions", tuple(made))
+
+
+def _agentic(i: int, kind: AgenticClass, prompts: Sequence[int], rng: random.Random) -> Session:
+    """A conversation of an agentic trace: each turn's prompt the trace's length, its new tokens
+    what the history before it does not cover; a prompt shorter than that history starts it again."""
+    history: list[Segment] = []
+    made = []
+    for k, prompt in enumerate(prompts[: min(MAX_TURNS, kind.max_turns or MAX_TURNS)]):
+        new = prompt - sum(s.tokens for s in history)
+        if new < 1:  # the agent cut its history: this turn's prompt is all new
+            history, new = [], prompt
+        user = Segment(f"s{i}.u{k}", new)
         output = _tokens(kind.output, rng)
         think = max(0.0, draw(kind.think, rng)) if k else 0.0
         made.append(Turn((*history, user), output, think))

@@ -11,7 +11,11 @@ Kinds, composable as weighted classes (``classes:``; a single kind may be writte
 - ``trace``: a JSONL trace in the Mooncake format (``timestamp`` ms, ``input_length``,
   ``output_length``, ``hash_ids``: one id per ``block`` tokens, the same id the same tokens);
   the open loop replays its timestamps scaled in time to the level's rate, the closed loop sends
-  its requests in order.
+  its requests in order;
+- ``agentic``: SGLang's agentic-trace JSON (:mod:`tuner.workload.agentic`) read as sessions.
+
+A trace's class keeps the file's sha256 and what it holds (``stats``) once the space is loaded, so
+a study stores both with its space. ``describe()`` says each kind in a line.
 
 Lengths are in the server's tokens: prompts are made of one-token words (tuner.probes._prompts).
 """
@@ -25,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Dist", "LengthsClass", "Moments", "SessionsClass", "TraceClass", "WorkloadClass", "WorkloadSpec"]
+__all__ = ["AgenticClass", "Dist", "LengthsClass", "Moments", "SessionsClass", "TraceClass", "WorkloadClass", "WorkloadSpec"]
 
 
 class _Strict(BaseModel):
@@ -75,6 +79,31 @@ class Dist(_Strict):
     def kind(self) -> str:
         return next(k for k in ("fixed", "uniform", "normal", "lognormal", "empirical") if getattr(self, k) is not None)
 
+    def describe(self) -> str:
+        """``512``, ``100-300``, ``normal 500 +- 50``, ``lognormal 2000 +- 1500``, ``empirical (3 values)``,
+        with `` in [min, max]`` where bounded."""
+        if self.fixed is not None:
+            said = f"{self.fixed:g}"
+        elif self.uniform is not None:
+            said = f"{self.uniform[0]:g}-{self.uniform[1]:g}"
+        elif self.normal is not None or self.lognormal is not None:
+            m = self.normal or self.lognormal
+            assert m is not None
+            said = f"{self.kind} {m.mean:g} +- {m.sd:g}"
+        else:
+            said = (
+                f"empirical ({len(self.empirical)} values)"
+                if isinstance(self.empirical, list)
+                else f"empirical from {Path(str(self.empirical)).name}"
+            )
+        if self.min is None and self.max is None:
+            return said
+        if self.max is None:
+            return f"{said}, at least {self.min:g}"
+        if self.min is None:
+            return f"{said}, at most {self.max:g}"
+        return f"{said} in [{self.min:g}, {self.max:g}]"
+
     def bounds(self) -> tuple[float, float]:
         """The least and the most a draw can be."""
         low, high = -math.inf, math.inf
@@ -114,6 +143,9 @@ class LengthsClass(_Strict):
         _positive(self.output, "output")
         return self
 
+    def describe(self) -> str:
+        return f"one-turn requests: prompts of {self.prompt.describe()} tokens (fresh), {self.output.describe()} out"
+
 
 class SessionsClass(_Strict):
     """Multi-turn sessions; ``turns``, ``user`` (new tokens per turn), ``output`` and ``think``
@@ -136,6 +168,13 @@ class SessionsClass(_Strict):
             raise ValueError("think: seconds cannot be negative (give min: 0)")
         return self
 
+    def describe(self) -> str:
+        system = f", a system prompt of {self.system:,} tokens shared by all" if self.system else ""
+        return (
+            f"sessions of {self.turns.describe()} turns resending their history: {self.user.describe()} new tokens "
+            f"and {self.output.describe()} out per turn, {self.think.describe()} s between turns{system}"
+        )
+
 
 class TraceClass(_Strict):
     """A Mooncake-format JSONL trace (see the module). ``sha256`` is the file's, set when the space
@@ -146,13 +185,73 @@ class TraceClass(_Strict):
     trace: str
     block: int = Field(512, ge=1)
     sha256: str | None = None
+    stats: dict[str, float] | None = None  # requests, rate, prompt and output means, reusable share
 
     def fingerprinted(self) -> TraceClass:
-        return self.model_copy(update={"sha256": hashlib.sha256(Path(self.trace).read_bytes()).hexdigest()})
+        from tuner.workload.trace import read_trace, trace_stats
+
+        found = trace_stats(read_trace(self.trace, self.block), self.block)
+        stats = {k: float(found[k]) for k in ("requests", "span_s", "reusable_share") if found[k] is not None}
+        stats |= {"prompt_mean": found["prompt"]["mean"], "output_mean": found["output"]["mean"]}
+        sha = hashlib.sha256(Path(self.trace).read_bytes()).hexdigest()
+        return self.model_copy(update={"sha256": sha, "stats": stats})
+
+    def describe(self) -> str:
+        said = f"Mooncake trace {Path(self.trace).name}"
+        if s := self.stats:
+            said += (
+                f" ({s['requests']:,.0f} requests over {s.get('span_s', 0):,.0f} s, prompts {s['prompt_mean']:,.0f} and "
+                f"outputs {s['output_mean']:,.0f} tokens on average, {s['reusable_share']:.0%} of prompt tokens reusable)"
+            )
+        return said + (f", sha256 {self.sha256[:12]}" if self.sha256 else "")
 
 
-WorkloadClass = Annotated[LengthsClass | SessionsClass | TraceClass, Field(discriminator="kind")]
-_KIND_OF = {"prompt": "lengths", "turns": "sessions", "trace": "trace"}
+class AgenticClass(_Strict):
+    """SGLang's agentic-trace JSON (:mod:`tuner.workload.agentic`) read as sessions: each
+    conversation's turns at the trace's prompt lengths, answers of ``output`` tokens (SGLang's
+    bench asks 220 where the trace says nothing), ``think`` seconds between a turn's end and the
+    next, at most ``max_turns`` turns. ``sha256`` as a trace's."""
+
+    kind: Literal["agentic"] = "agentic"
+    weight: float = Field(1.0, gt=0)
+    agentic: str
+    output: Dist = Field(default_factory=lambda: Dist(fixed=220))
+    think: Dist = Field(default_factory=lambda: Dist(fixed=0.0))
+    max_turns: int | None = Field(None, ge=1)
+    sha256: str | None = None
+    stats: dict[str, float] | None = None  # conversations, turns, prompt mean, reusable share
+
+    @model_validator(mode="after")
+    def _positive(self) -> AgenticClass:
+        _positive(self.output, "output")
+        if self.think.bounds()[0] < 0 and self.think.min is None:
+            raise ValueError("think: seconds cannot be negative (give min: 0)")
+        return self
+
+    def fingerprinted(self) -> AgenticClass:
+        from tuner.workload.agentic import agentic_stats, read_agentic
+
+        low, high = self.output.bounds()
+        found = agentic_stats(read_agentic(self.agentic), high if math.isfinite(high) else low)
+        stats = {k: float(found[k]) for k in ("conversations", "requests", "reusable_share")} | {
+            "prompt_mean": found["prompt"]["mean"]
+        }
+        sha = hashlib.sha256(Path(self.agentic).read_bytes()).hexdigest()
+        return self.model_copy(update={"sha256": sha, "stats": stats})
+
+    def describe(self) -> str:
+        said = f"agentic trace {Path(self.agentic).name} as sessions"
+        if s := self.stats:
+            said += (
+                f" ({s['conversations']:,.0f} conversations, {s['requests']:,.0f} turns, prompts {s['prompt_mean']:,.0f} "
+                f"tokens on average, {s['reusable_share']:.0%} resent from the turn before)"
+            )
+        said += f", {self.output.describe()} out per turn"
+        return said + (f", sha256 {self.sha256[:12]}" if self.sha256 else "")
+
+
+WorkloadClass = Annotated[LengthsClass | SessionsClass | TraceClass | AgenticClass, Field(discriminator="kind")]
+_KIND_OF = {"prompt": "lengths", "turns": "sessions", "trace": "trace", "agentic": "agentic"}
 
 
 class WorkloadSpec(_Strict):
@@ -174,6 +273,13 @@ class WorkloadSpec(_Strict):
         rest = {k: x for k, x in v.items() if k not in own}
         kind = next((_KIND_OF[k] for k in _KIND_OF if k in rest), rest.get("kind"))
         return {**own, "classes": [{"kind": kind, **rest} if kind else rest]}
+
+    def describe(self) -> list[str]:
+        """A line per class (its share where there are several), led by the workload's name."""
+        total = sum(c.weight for c in self.classes)
+        lines = [f"{c.weight / total:.0%}: {c.describe()}" if len(self.classes) > 1 else c.describe() for c in self.classes]
+        head = f"workload {self.name!r}" if self.name else "workload"
+        return [f"{head}: {lines[0]}"] if len(lines) == 1 else [f"{head}:", *(f"  {line}" for line in lines)]
 
     @property
     def traces(self) -> list[TraceClass]:
