@@ -13,7 +13,7 @@ from tuner import engines, objectives
 from tuner.data import shipped
 from tuner.exceptions import ConfigError, SpaceError
 from tuner.space import SearchSpace, parse_constraint
-from tuner.workload import AgenticClass, TraceClass, WorkloadSpec, read_agentic, read_trace
+from tuner.workload import AgenticClass, TraceClass, WorkloadSpec
 
 logger = logging.getLogger(__name__)
 
@@ -174,13 +174,13 @@ def _workload(space: SearchSpace, source: str) -> SearchSpace:
             trace = _found(kind.trace, folder)
             if trace is None:
                 raise SpaceError(where, f"{key}classes[{i}].trace", f"trace file {kind.trace!r} does not exist")
-            read_trace(trace, kind.block)  # every line checked: TraceError names the file and line
+            # fingerprinted() reads it: every line checked, a TraceError naming the file and the line
             kind = kind.model_copy(update={"trace": str(trace)}).fingerprinted()
         if isinstance(kind, AgenticClass):
             found = _found(kind.agentic, folder)
             if found is None:
                 raise SpaceError(where, f"{key}classes[{i}].agentic", f"agentic trace {kind.agentic!r} does not exist")
-            read_agentic(found)  # every turn checked: TraceError names the file and the turn
+            # fingerprinted() reads it: every turn checked, a TraceError naming the file and the turn
             kind = kind.model_copy(update={"agentic": str(found)}).fingerprinted()
         classes.append(kind)
     return space.model_copy(update={"workload": raw.model_copy(update={"classes": classes})})

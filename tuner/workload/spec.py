@@ -129,6 +129,18 @@ def _positive(dist: Dist, what: str) -> Dist:
     return dist
 
 
+def _seconds(dist: Dist, what: str) -> Dist:
+    """Times: a draw below 0 is refused unless a ``min`` bounds it."""
+    if dist.bounds()[0] < 0 and dist.min is None:
+        raise ValueError(f"{what}: seconds cannot be negative (give min: 0)")
+    return dist
+
+
+def _sha256(path: str) -> str:
+    """A trace file's digest: a study resumed with another file is refused as a changed space is."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 class LengthsClass(_Strict):
     """One-turn requests of drawn lengths, each prompt fresh."""
 
@@ -164,8 +176,7 @@ class SessionsClass(_Strict):
     def _positive(self) -> SessionsClass:
         for name in ("turns", "user", "output"):
             _positive(getattr(self, name), name)
-        if self.think.bounds()[0] < 0 and self.think.min is None:
-            raise ValueError("think: seconds cannot be negative (give min: 0)")
+        _seconds(self.think, "think")
         return self
 
     def describe(self) -> str:
@@ -193,8 +204,7 @@ class TraceClass(_Strict):
         found = trace_stats(read_trace(self.trace, self.block), self.block)
         stats = {k: float(found[k]) for k in ("requests", "span_s", "reusable_share") if found[k] is not None}
         stats |= {"prompt_mean": found["prompt"]["mean"], "output_mean": found["output"]["mean"]}
-        sha = hashlib.sha256(Path(self.trace).read_bytes()).hexdigest()
-        return self.model_copy(update={"sha256": sha, "stats": stats})
+        return self.model_copy(update={"sha256": _sha256(self.trace), "stats": stats})
 
     def describe(self) -> str:
         said = f"Mooncake trace {Path(self.trace).name}"
@@ -224,8 +234,7 @@ class AgenticClass(_Strict):
     @model_validator(mode="after")
     def _positive(self) -> AgenticClass:
         _positive(self.output, "output")
-        if self.think.bounds()[0] < 0 and self.think.min is None:
-            raise ValueError("think: seconds cannot be negative (give min: 0)")
+        _seconds(self.think, "think")
         return self
 
     def fingerprinted(self) -> AgenticClass:
@@ -236,8 +245,7 @@ class AgenticClass(_Strict):
         stats = {k: float(found[k]) for k in ("conversations", "requests", "reusable_share")} | {
             "prompt_mean": found["prompt"]["mean"]
         }
-        sha = hashlib.sha256(Path(self.agentic).read_bytes()).hexdigest()
-        return self.model_copy(update={"sha256": sha, "stats": stats})
+        return self.model_copy(update={"sha256": _sha256(self.agentic), "stats": stats})
 
     def describe(self) -> str:
         said = f"agentic trace {Path(self.agentic).name} as sessions"
