@@ -263,6 +263,8 @@ def test_tune_workload_stats_reads_an_agentic_trace(tmp_path: Path, capsys: pyte
 
 
 @pytest.mark.integration
+@pytest.mark.quiet  # its cache hits depend on slots staying free between a session's turns: beside other tests
+# one turn-3 request lost part of its slot (suite, 2026-12-04)
 def test_sessions_in_the_open_loop_arrive_on_schedule_and_their_later_turns_hit_the_cache(
     tmp_path: Path, llama_server: Path, smollm2: Path
 ) -> None:
