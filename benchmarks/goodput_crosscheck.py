@@ -247,9 +247,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--study", required=True)
     ap.add_argument("--storage")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--prompts-per-client", type=int, default=20, help="requests per client: ramp and drain under 5 %")
+    ap.add_argument("--prompts-per-client", type=int, default=20, help="requests per client: ramp and drain under 5 %%")
     ap.add_argument("--seconds", type=float, default=300.0, help="open loop: each run's arrivals (prompts = rate x seconds)")
     ap.add_argument("--above", type=float, default=1.15, help="the second level: this x the answer (it must miss the SLO)")
+    ap.add_argument(
+        "--above-seconds", type=float, help="open loop: the second level's arrivals (default --seconds; a break shows early)"
+    )
     ap.add_argument(
         "--split",
         type=int,
@@ -283,9 +286,10 @@ def main(argv: list[str] | None = None) -> None:
         startup_timeout=space.server.startup_timeout,
     ) as server:  # fmt: skip
         server.wait_ready()
-        for level in levels:
+        for i, level in enumerate(levels):
             if args.split > 1 or rate or tool == "sglang":
-                amount = args.seconds if rate else args.prompts_per_client
+                seconds = args.above_seconds if i and args.above_seconds else args.seconds
+                amount = seconds if rate else args.prompts_per_client
                 shape = (amount, load.prompt_tokens, load.output_tokens)
                 r = bench_split(
                     server.url, model, level, args.split, shape, args.out, closed=not rate, tool=tool, pin=partition.client_cpus

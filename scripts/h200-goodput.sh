@@ -6,7 +6,8 @@
 #   PHASE=bench bash scripts/h200-goodput.sh   # the pick on a fresh server under `vllm bench serve` at N and 1.25 N,
 #                                              # the N clients shared by SPLIT (4) bench processes
 #   STUDY=h200-vllm-goodput-rate PHASE=tune|bench  # the open-loop answer (search_spaces/h200-vllm-goodput-rate.yaml),
-#                                              # benched with --request-rate R and 1.25 R, SECONDS_PER_RUN (60) s each,
+#                                              # benched with --request-rate R and 1.15 R, SECONDS_PER_RUN (60) s each
+#                                              # (ABOVE_SECONDS: the 1.15 R run's, where a break shows early),
 #                                              # split over SPLIT (4) vllm bench processes at R/SPLIT each, merged
 #   PHASE=confirm CONFIRM=7m STEPS=3           # the pick at its SLO answer for CONFIRM on a fresh server (tune validate --confirm),
 #                                              # stepping down 10 % (at most STEPS times) where it breaks;
@@ -49,7 +50,8 @@ elif [ "$PHASE" = confirm ]; then
 else
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
     python3 benchmarks/goodput_crosscheck.py --study "$study" --out "$out/$study-bench" \
-    --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}" --split "${SPLIT:-4}"
+    --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}" --split "${SPLIT:-4}" \
+    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"}
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
 fi
 tar czf "$out/runs-$study.tgz" --exclude=servers -C runs "$study"
