@@ -145,3 +145,31 @@ def test_hung_server_is_killed_at_its_timeout(tmp_path: Path) -> None:
     assert_group_gone(server.pid)  # parent ignored TERM, and its child: both gone
     assert "ignoring SIGTERM" in (tmp_path / "hang.log").read_text()
     assert _port_free(port)
+
+
+def test_a_signal_that_interrupts_a_teardown_still_ends_the_group() -> None:
+    """SIGTERM's SystemExit (a benchmark's `timeout`) arrived while a slow SGLang shut down, and the
+    server outlived the script. A group that ignores TERM stands for the slow engine (no real one
+    shuts down slowly on demand); an interruption mid-teardown KILLs it before it goes on."""
+    import signal
+    import subprocess
+
+    from tuner.processes import terminate_group
+
+    slow = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", slow], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(SystemExit):
+            terminate_group(proc.pid, term_timeout=30.0, proc=proc)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    assert proc.wait(5) == -signal.SIGKILL
+    assert_group_gone(proc.pid)

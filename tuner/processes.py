@@ -20,12 +20,19 @@ def group_members(pgid: int) -> list[int]:
 
 def terminate_group(pgid: int, *, term_timeout: float, proc: subprocess.Popen[str] | None = None) -> list[int]:
     """TERM the group, TERM again (llama.cpp exits on the second while a client streams), then
-    KILL. Returns the pids still alive afterwards (empty when the group is gone)."""
-    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
-        if not group_members(pgid):
-            break
-        _signal_group(pgid, sig)
-        _wait_group_gone(pgid, proc, wait)
+    KILL. Returns the pids still alive afterwards (empty when the group is gone). Interrupted
+    while it waits (Ctrl-C, a SIGTERM handler's SystemExit: a `timeout` that fires while a
+    slow engine shuts down), it KILLs the group at once and lets the interruption go on: the
+    group must not outlive the process that was ending it."""
+    try:
+        for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+            if not group_members(pgid):
+                break
+            _signal_group(pgid, sig)
+            _wait_group_gone(pgid, proc, wait)
+    except BaseException:
+        _signal_group(pgid, signal.SIGKILL)
+        raise
     return group_members(pgid)
 
 

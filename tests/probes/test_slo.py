@@ -216,3 +216,60 @@ def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_serve
         assert level["achieved_over_offered"] >= 0.97 and not level["client_bound"], level
     for level in result.details["levels"].values():  # started drained: no slot busy, or a 1-token request as fast as idle
         assert level["drained"] is True, level
+
+
+ITL_BOUND = SloTargets(ttft_p99=1.0, itl_p99=0.05)
+
+
+def _growth_server(calls: list[tuple[str, float]], holds_at: float) -> tuple[Any, Any]:
+    """A server whose latencies hold up to 31 requests/s (ITL p99 breaks above), whose 10-s levels
+    from 28 up read a growing queue (one stall at a window's end), and whose holds at or below
+    ``holds_at`` read it flat (the stall averaged out)."""
+
+    def figures(rate: float, window: float, growth: float) -> dict[str, Any]:
+        itl = 0.03 if rate <= 31 else 0.09
+        return {
+            "ttft_p99": 0.1, "itl_p99": itl, "error_rate": 0.0, "output_tok_s": 100 * rate, "window_s": window,
+            "growth": growth, "growth_ci": 0.5, "completion_rate": rate, "horizon_s": 420.0,
+        }  # fmt: skip
+
+    async def measure(rate: float) -> dict[str, Any]:
+        calls.append(("level", rate))
+        return figures(rate, 10.0, 1.0 if rate >= 28 else 0.0)
+
+    async def hold(rate: float) -> dict[str, Any]:
+        calls.append(("hold", rate))
+        return {**figures(rate, 120.0, 0.0 if rate <= holds_at else 0.5), "decisive": True}
+
+    return measure, hold
+
+
+def test_a_level_that_broke_on_its_growth_alone_is_held_before_it_bounds_the_answer() -> None:
+    calls: list[tuple[str, float]] = []
+    measure, hold = _growth_server(calls, holds_at=31)
+    found = asyncio.run(search_rate(measure, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
+    assert [c for c in calls if c[0] == "level"] == [("level", r) for r in (32, 16, 24, 28, 26, 30)]
+    assert [c for c in calls if c[0] == "hold"] == [("hold", 28), ("hold", 30)]  # each growth-only break held: no break
+    assert found.answer == 30 and found.broke == 32 and found.broken[32][0] == "itl_p99 0.09 > 0.05"
+    assert "28 requests/s broke on its growth alone in 10s, then held 120s" in found.stop_reason
+
+
+def test_a_growth_only_break_whose_hold_breaks_too_bounds_the_answer() -> None:
+    calls: list[tuple[str, float]] = []
+    measure, hold = _growth_server(calls, holds_at=27)
+    found = asyncio.run(search_rate(measure, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
+    assert [c for c in calls if c[0] == "hold"] == [("hold", 28), ("hold", 26)]
+    assert found.answer == 26 and found.broke == 28
+    assert found.broken[28][0].startswith("held 120s: requests in the system grew")
+    assert "did not hold 120s either" in found.stop_reason
+
+
+def test_a_break_on_a_latency_target_is_not_held_again() -> None:
+    calls: list[tuple[str, float]] = []
+    measure, hold = _growth_server(calls, holds_at=31)
+
+    async def no_growth(rate: float) -> dict[str, Any]:
+        return {**await measure(rate), "growth": 0.0}
+
+    found = asyncio.run(search_rate(no_growth, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
+    assert [c for c in calls if c[0] == "hold"] == [("hold", found.answer)] and found.answer == 30
