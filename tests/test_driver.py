@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pandas as pd
@@ -15,6 +16,7 @@ from tests.conftest import tiny_space, worker_port
 from tuner import objectives
 from tuner.app.prepare import validate
 from tuner.artifacts import RunDir
+from tuner.deadline import Deadline
 from tuner.driver import Driver
 from tuner.evidence import Evidence
 from tuner.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
@@ -460,3 +462,41 @@ def test_an_unwritable_artifact_store_costs_no_verdict(tmp_path: Path) -> None:
     (run_dir.trial(0) / "server.log").write_text("log\n")
     tell(study, trial, Verdict(TrialState.COMPLETE, (1.0,)), run_dir=run_dir)
     assert study.trials[0].state == TrialState.COMPLETE and (run_dir.trial(0) / "server.log").is_file()
+
+
+def _deadline_run(tmp_path: Path, deadline: Deadline, trials: int = 6) -> tuple[Any, Any]:
+    import time
+
+    raw = tiny_space(name="due")
+    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [1024 * (i + 1) for i in range(trials)]}}
+    raw["enqueue"] = [{"ctx-size": 1024 * (i + 1)} for i in range(trials)]
+    space = validate(raw, "due.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="due", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="due.yaml")
+    deadline.at += time.monotonic()
+    driver = Driver(
+        space, study, objective, RunDir(tmp_path / "due"), _Timed(max_parallel=1, seconds=0.4), trials=trials, deadline=deadline
+    )
+    return driver.run(), deadline
+
+
+def test_a_deadline_launches_a_trial_only_while_it_and_the_end_fit(tmp_path: Path) -> None:
+    """Before any trial ends a trial is taken at the plan's estimate (0.01 s: the first launches);
+    once one took 0.4 s, one more and the end's two runs (1.2 s) no longer fit in what is left of
+    1 s: the search stops after one trial, however slow the machine (slower leaves less)."""
+    summary, deadline = _deadline_run(tmp_path, Deadline(at=1.0, seconds=1.0, estimate_s=0.01, end_launches=2))
+    assert summary.launched == 1 and deadline.longest_s >= 0.4
+    assert summary.stop_reason.startswith("the deadline (1s, budget.deadline) leaves no room for another trial")
+
+
+def test_a_deadline_with_room_leaves_the_trial_budget_in_charge(tmp_path: Path) -> None:
+    summary, _ = _deadline_run(tmp_path, Deadline(at=600.0, seconds=600.0, estimate_s=0.4), trials=3)
+    assert summary.launched == 3 and summary.stop_reason == "budget of 3 trials reached"
+
+
+def test_a_deadline_counts_the_end_runs_and_parallel_trials() -> None:
+    due = Deadline(at=100.0, seconds=100.0, estimate_s=10.0, end_launches=3, parallel=2)
+    assert due.end_s() == 20.0  # 3 runs, 2 at a time: 2 rounds of 10 s
+    assert due.room_for_trial(now=70.0) and not due.room_for_trial(now=70.1)  # 10 + 20 s must be left
+    due.observe(25.0)
+    assert due.launch_s == 25.0 and due.launches_left(now=40.0) == 4  # 60 s: 2 rounds of 25 s, 2 at a time

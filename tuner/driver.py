@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.artifacts import RunDir, write_json
+from tuner.deadline import Deadline
 from tuner.devices import GpuHygiene
 from tuner.evidence import Evidence
 from tuner.exceptions import InfrastructureError, ScreenedOut, TrialTimeout, TunerError
@@ -155,6 +156,7 @@ class Driver:
         *,
         trials: int,
         timeout: float | None = None,
+        deadline: Deadline | None = None,
         trial_timeout: float | None = None,
         on_trial: Callable[[TrialReport], None] | None = None,
         on_tick: Callable[[list[tuple[int, Partition, Path]]], None] | None = None,
@@ -170,6 +172,7 @@ class Driver:
         self.executor = executor
         self.trials = trials
         self.timeout = timeout
+        self.deadline = deadline  # the whole run's bound: launch only what fits (tuner.deadline)
         self.trial_timeout = trial_timeout
         self.on_trial = on_trial or (lambda report: None)
         self.on_tick = on_tick  # every TICK_S while trials run: (number, partition, trial dir) of each
@@ -315,6 +318,8 @@ class Driver:
             return PAUSED
         if self.timeout is not None and time.monotonic() - self._began >= self.timeout:
             return f"timeout of {self.timeout:.0f}s reached"
+        if self.deadline is not None and not self.deadline.room_for_trial():
+            return self.deadline.why_no_room()
         return ""
 
     def _ask_valid(self) -> tuple[optuna.Trial | None, dict[str, Any]]:
@@ -429,6 +434,8 @@ class Driver:
         state, text, evaluation = record(self.study, trial, self.run_dir, self.objective, outcome=outcome, error=error)
         wall = time.monotonic() - job.began
         self._durations.append(wall)
+        if self.deadline is not None:
+            self.deadline.observe(wall)
         summary.states[state.name] = summary.states.get(state.name, 0) + 1
         done = self.finished()
         remaining = max(0, self.trials - done)

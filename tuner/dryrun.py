@@ -107,10 +107,13 @@ def expected_line(space: SearchSpace, *, budget: int, max_parallel: int, install
     install = 0.0 if installed else engines.get(space.engine).typical_install_s
     expected = (budget + again) * most / max(1, max_parallel) + install
     built = f" + ~{format_duration(install)} to install the engine" if install else ""
-    return (
+    line = (
         f"expected: about {format_duration(expected)} ({budget} trials and {again} fresh-server re-measurement(s) at up to "
         f"{format_duration(most)} each, {max_parallel} at a time{built})"
     )
+    if (deadline := space.budget.deadline) is not None:
+        line += f"; it ends within {format_duration(deadline)} (budget.deadline), with fewer trials where they do not fit"
+    return line
 
 
 def _trial_seconds(space: SearchSpace) -> tuple[float, float, float]:
@@ -121,6 +124,22 @@ def _trial_seconds(space: SearchSpace) -> tuple[float, float, float]:
     per_trial = start + (len(load.concurrency) * level if load is not None else 0.0)
     holds = (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0  # the answer's hold, at its longest
     return start, per_trial, per_trial + (slo.max_levels * level + holds if slo is not None else 0.0)
+
+
+def launch_seconds(space: SearchSpace) -> float:
+    """A trial's (or a fresh-server run's) longest planned length: its start, every load and SLO
+    level and the hold at their longest (the recall ladder left out)."""
+    return _trial_seconds(space)[2]
+
+
+def end_launches(space: SearchSpace, budget: int) -> int:
+    """The fresh-server runs the re-measurement plans after the search: the front's top
+    candidates and the reference, ``repeats`` each."""
+    plan = space.remeasure
+    if not plan.enabled:
+        return 0
+    top, repeats = plan.plan(budget, plan.top)
+    return (top + 1) * repeats if top else 0
 
 
 def _remeasure_launches(space: SearchSpace, budget: int) -> int:

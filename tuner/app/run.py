@@ -22,9 +22,10 @@ from tuner.confirm import MARGIN_S, answer_of, confirm
 from tuner.confirmed import describe as describe_confirmation
 from tuner.confirmed import describe_answer
 from tuner.credentials import mask
+from tuner.deadline import Deadline
 from tuner.devices import GpuHygiene
 from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
-from tuner.dryrun import dry_run, expected_line
+from tuner.dryrun import dry_run, end_launches, expected_line, launch_seconds
 from tuner.exceptions import ConfigError
 from tuner.executors import Executor, InlineExecutor, RayExecutor
 from tuner.ledger import Ledger
@@ -170,6 +171,7 @@ def _run_locked(config: RunConfig, study: optuna.Study, run_dir: RunDir, lock: S
     installed = adapter.installed()[0] is not None
     say(expected_line(space, budget=config.trials, max_parallel=config.max_parallel, installed=installed))  # before the install
     adapter.provision(events.progress)
+    deadline = _deadline(config, began, say)
     ledger = Ledger(run_dir.root / "servers")
     names = config.objective.metric_names
     say(f"study {config.study}: {config.source} ({space.engine}), {config.trials} trials, objectives {names}")
@@ -190,6 +192,7 @@ def _run_locked(config: RunConfig, study: optuna.Study, run_dir: RunDir, lock: S
         screen=screen_for(space.engine) if config.screen and space.sampler.screen else None,
         trials=config.trials,
         timeout=config.timeout,
+        deadline=deadline,
         trial_timeout=space.budget.trial_timeout,
         on_trial=events.on_trial,
         on_tick=events.on_tick,
@@ -206,12 +209,34 @@ def _run_locked(config: RunConfig, study: optuna.Study, run_dir: RunDir, lock: S
 
     previous = {sig: signal.signal(sig, stop) for sig in SIGNALS} if config.executor == "ray" else {}
     try:
-        summary = _phases(config, study, run_dir, driver, runner, ledger, began, say)
+        summary = _phases(config, study, run_dir, driver, runner, ledger, began, say, deadline)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         runner.shutdown()
     return RunResult(summary, read_study(study), run_dir, received)
+
+
+def _deadline(config: RunConfig, began: float, say: Callable[[str], None]) -> Deadline | None:
+    """The run's deadline (``budget.deadline``), counted from before the install, said once the
+    install is done: what is left for the search and the runs after it."""
+    space = config.space
+    if space.budget.deadline is None:
+        return None
+    deadline = Deadline.starting(
+        began,
+        space.budget.deadline,
+        estimate_s=launch_seconds(space),
+        end_launches=end_launches(space, config.trials) if config.plan is not None else 0,
+        parallel=config.max_parallel,
+    )
+    installed_s = time.monotonic() - began
+    say(
+        f"deadline: {format_duration(deadline.seconds)} (budget.deadline); {format_duration(installed_s)} gone to the install, "
+        f"{format_duration(max(0.0, deadline.left()))} left: trials run while one (up to {format_duration(deadline.launch_s)} "
+        f"until one has ended) and the end's {deadline.end_launches} fresh-server run(s) still fit"
+    )
+    return deadline
 
 
 def _layout(config: RunConfig, runner: Executor, say: Callable[[str], None]) -> None:
@@ -233,19 +258,28 @@ def _phases(
     ledger: Ledger,
     began: float,
     say: Callable[[str], None],
+    deadline: Deadline | None = None,
 ) -> RunSummary:
     """The reference before the search, the search, the front again on fresh servers, the
-    confirmation: each where the space's plan asks for it and no stop was requested."""
+    confirmation: each where the space's plan asks for it, no stop was requested and the
+    deadline, if any, leaves the time."""
     space, objective, plan = config.space, config.objective, config.plan
     remeasured = _remeasured(say)
     if plan is not None and not read_study(study, trials=False).noise and plan.reference_runs and space.enqueue:
         say(f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) before the search")
         measure_reference(study, space, objective, run_dir, driver.scheduler, runs=plan.reference_runs, on_run=remeasured)
     summary = _search(driver, study, config, run_dir, say)
+    if deadline is not None:
+        say(
+            f"\ndeadline: the search ran {summary.launched} trial(s) of {config.trials} in {format_duration(summary.wall_s)} "
+            f"(the longest {format_duration(deadline.launch_s)}); {format_duration(max(0.0, deadline.left()))} left"
+        )
     if plan is not None and not driver.stop_requested:
-        _remeasure_front(study, config, run_dir, driver.scheduler, plan, say)
+        _remeasure_front(study, config, run_dir, driver.scheduler, plan, say, deadline)
     if plan is not None and plan.confirm and not driver.stop_requested:
         left = None if config.timeout is None else config.timeout - (time.monotonic() - began)
+        if deadline is not None:
+            left = deadline.left() if left is None else min(left, deadline.left())
         _confirm(study, space, run_dir, runner, ledger, plan.confirm, left, say)
     return summary
 
@@ -285,14 +319,31 @@ def _search(driver: Driver, study: optuna.Study, config: RunConfig, run_dir: Run
 
 
 def _remeasure_front(
-    study: optuna.Study, config: RunConfig, run_dir: RunDir, scheduler: Scheduler, plan: RemeasureSpec, say: Callable[[str], None]
+    study: optuna.Study,
+    config: RunConfig,
+    run_dir: RunDir,
+    scheduler: Scheduler,
+    plan: RemeasureSpec,
+    say: Callable[[str], None],
+    deadline: Deadline | None = None,
 ) -> None:
-    """The front candidates and the reference again on fresh servers, interleaved."""
+    """The front candidates and the reference again on fresh servers, interleaved; under a
+    deadline, as many candidates as its time left allows."""
     front = len(pareto_front(candidates(study), signs(study)))
     top, repeats = plan.plan(config.trials, front)
     if not top:
         say("\nre-measure: no budget share left for the front candidates (remeasure.share)")
         return
+    if deadline is not None and (top + 1) * repeats > (fit := deadline.launches_left()):
+        fewer = max(0, fit // repeats - 1)
+        say(
+            f"\nre-measure: {fit} fresh-server run(s) fit before the deadline "
+            f"at up to {format_duration(deadline.launch_s)} each: "
+            + (f"{fewer} front candidate(s) of {top}" if fewer else "none, so the front stays as the search measured it")
+        )
+        if not fewer:
+            return
+        top = fewer
     say(f"\nre-measure: {top} front candidate(s) and the reference, {repeats} more fresh server(s) each, interleaved")
     space, objective, remeasured = config.space, config.objective, _remeasured(say)
     revalidate(study, space, objective, run_dir, scheduler, top=top, repeats=repeats, on_run=remeasured)

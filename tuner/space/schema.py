@@ -419,11 +419,16 @@ class ProbesSpec(_Strict):
 
 
 class Budget(_Strict):
+    """``trials``: at most this many; ``timeout``: the search stops launching after it;
+    ``deadline``: the whole run (the engine's install included) ends within it: a trial is
+    launched only while it and the runs after the search fit (:mod:`tuner.deadline`)."""
+
     trials: int = Field(8, ge=1)
     timeout: float | None = None
     trial_timeout: float | None = None
+    deadline: float | None = None
 
-    @field_validator("timeout", "trial_timeout", mode="before")
+    @field_validator("timeout", "trial_timeout", "deadline", mode="before")
     @classmethod
     def _duration(cls, v: Any) -> float | None:
         return None if v is None else parse_duration(v)

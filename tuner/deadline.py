@@ -1,0 +1,67 @@
+"""A run's deadline (``budget.deadline``): the wall-clock bound of a whole ``tune run``, the
+engine's install included, so that the first answer on a slow machine comes within it instead of
+after a fixed number of trials.
+
+The search launches a trial only while that trial and the fresh-server runs planned after the
+search still fit before the deadline; each is taken at the longest trial this run has seen (before
+the first ends: the plan's estimate, :func:`tuner.dryrun.launch_seconds`). A machine twice as slow
+runs fewer trials, and the run says how many the deadline allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from tuner.units import format_duration
+
+__all__ = ["Deadline"]
+
+
+@dataclass
+class Deadline:
+    """``at``: the ``time.monotonic()`` by which the run ends (``seconds`` after it began);
+    ``estimate_s``: a launch's length before any trial has ended; ``end_launches``: the
+    fresh-server runs planned after the search, ``parallel`` at a time."""
+
+    at: float
+    seconds: float
+    estimate_s: float
+    end_launches: int = 0
+    parallel: int = 1
+    longest_s: float = field(default=0.0)
+
+    @classmethod
+    def starting(cls, began: float, seconds: float, estimate_s: float, end_launches: int, parallel: int) -> Deadline:
+        at = began + seconds
+        return cls(at=at, seconds=seconds, estimate_s=estimate_s, end_launches=end_launches, parallel=max(1, parallel))
+
+    def observe(self, wall_s: float) -> None:
+        """A trial (or a fresh-server run) took ``wall_s``: launches are judged at the longest seen."""
+        self.longest_s = max(self.longest_s, wall_s)
+
+    @property
+    def launch_s(self) -> float:
+        return self.longest_s or self.estimate_s
+
+    def left(self, now: float | None = None) -> float:
+        return self.at - (time.monotonic() if now is None else now)
+
+    def end_s(self) -> float:
+        """What the runs after the search take, ``parallel`` at a time."""
+        return math.ceil(self.end_launches / self.parallel) * self.launch_s
+
+    def room_for_trial(self, now: float | None = None) -> bool:
+        """Whether one more trial and then the end's runs fit before the deadline."""
+        return self.left(now) >= self.launch_s + self.end_s()
+
+    def launches_left(self, now: float | None = None) -> int:
+        """How many fresh-server runs still fit, ``parallel`` at a time."""
+        return max(0, math.floor(self.left(now) / self.launch_s)) * self.parallel
+
+    def why_no_room(self) -> str:
+        return (
+            f"the deadline ({format_duration(self.seconds)}, budget.deadline) leaves no room for another trial: one takes "
+            f"up to {format_duration(self.launch_s)} here, and {self.end_launches} fresh-server run(s) follow the search"
+        )
