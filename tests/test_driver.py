@@ -481,11 +481,12 @@ def _deadline_run(tmp_path: Path, deadline: Deadline, trials: int = 6) -> tuple[
 
 
 def test_a_deadline_launches_a_trial_only_while_it_and_the_end_fit(tmp_path: Path) -> None:
-    """Before any trial ends a trial is taken at the plan's estimate (0.01 s: the first launches);
-    once one took 0.4 s, one more and the end's two runs (1.2 s) no longer fit in what is left of
-    1 s: the search stops after one trial, however slow the machine (slower leaves less)."""
-    summary, deadline = _deadline_run(tmp_path, Deadline(at=1.0, seconds=1.0, estimate_s=0.01, end_launches=2))
-    assert summary.launched == 1 and deadline.longest_s >= 0.4
+    """Before any trial ends a trial is taken at the plan's estimate (0.01 s): the first two
+    launch, no time kept for the end before a first answer; once they took 0.4 s each, one more and
+    the end's two runs (1.2 s) no longer fit in what is left of 1.2 s: the search stops after two
+    trials, however slow the machine (slower leaves less)."""
+    summary, deadline = _deadline_run(tmp_path, Deadline(at=1.2, seconds=1.0, estimate_s=0.01, end_launches=2))
+    assert summary.launched == 2 and deadline.longest_s >= 0.4
     assert summary.stop_reason.startswith("the deadline (1s, budget.deadline) leaves no room for another trial")
 
 
@@ -497,6 +498,8 @@ def test_a_deadline_with_room_leaves_the_trial_budget_in_charge(tmp_path: Path) 
 def test_a_deadline_counts_the_end_runs_and_parallel_trials() -> None:
     due = Deadline(at=100.0, seconds=100.0, estimate_s=10.0, end_launches=3, parallel=2)
     assert due.end_s() == 20.0  # 3 runs, 2 at a time: 2 rounds of 10 s
-    assert due.room_for_trial(now=70.0) and not due.room_for_trial(now=70.1)  # 10 + 20 s must be left
+    assert due.room_for_trial(2, now=70.0) and not due.room_for_trial(2, now=70.1)  # 10 + 20 s must be left
+    assert due.room_for_trial(1, now=89.0)  # before a first answer (2 trials) no time is kept for the end
+    assert due.room_for_reference(now=50.0) and not due.room_for_reference(now=50.1)  # the reference, 2 trials, the end
     due.observe(25.0)
     assert due.launch_s == 25.0 and due.launches_left(now=40.0) == 4  # 60 s: 2 rounds of 25 s, 2 at a time

@@ -2,10 +2,12 @@
 engine's install included, so that the first answer on a slow machine comes within it instead of
 after a fixed number of trials.
 
-The search launches a trial only while that trial and the fresh-server runs planned after the
-search still fit before the deadline; each is taken at the longest trial this run has seen (before
-the first ends: the plan's estimate, :func:`tuner.dryrun.launch_seconds`). A machine twice as slow
-runs fewer trials, and the run says how many the deadline allowed.
+The search launches a trial only while it fits before the deadline, and, once the study has a
+first answer (:data:`FIRST_ANSWER` trials), while the fresh-server runs planned after the search
+fit after it too; each is taken at the longest trial this run has seen (before the first ends:
+the plan's estimate, :func:`tuner.dryrun.launch_seconds`). The reference run before the search is
+left out where it would leave no room for the first answer. A machine twice as slow runs fewer
+trials, and the run says how many the deadline allowed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from dataclasses import dataclass, field
 
 from tuner.units import format_duration
 
-__all__ = ["Deadline"]
+__all__ = ["FIRST_ANSWER", "Deadline"]
+
+FIRST_ANSWER = 2  # trials (the enqueued baseline and one proposal) before the end's runs are kept time for
 
 
 @dataclass
@@ -52,9 +56,15 @@ class Deadline:
         """What the runs after the search take, ``parallel`` at a time."""
         return math.ceil(self.end_launches / self.parallel) * self.launch_s
 
-    def room_for_trial(self, now: float | None = None) -> bool:
-        """Whether one more trial and then the end's runs fit before the deadline."""
-        return self.left(now) >= self.launch_s + self.end_s()
+    def room_for_trial(self, finished: int, now: float | None = None) -> bool:
+        """Whether one more trial fits before the deadline, and the end's runs after it once the
+        study has :data:`FIRST_ANSWER` finished trials: an answer first, its re-measurement after."""
+        return self.left(now) >= self.launch_s + (self.end_s() if finished >= FIRST_ANSWER else 0.0)
+
+    def room_for_reference(self, now: float | None = None) -> bool:
+        """Whether the reference run before the search, the first answer's trials and the end's
+        runs all fit: where they do not, the trials come first."""
+        return self.left(now) >= (1 + FIRST_ANSWER) * self.launch_s + self.end_s()
 
     def launches_left(self, now: float | None = None) -> int:
         """How many fresh-server runs still fit, ``parallel`` at a time."""

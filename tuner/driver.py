@@ -318,7 +318,7 @@ class Driver:
             return PAUSED
         if self.timeout is not None and time.monotonic() - self._began >= self.timeout:
             return f"timeout of {self.timeout:.0f}s reached"
-        if self.deadline is not None and not self.deadline.room_for_trial():
+        if self.deadline is not None and not self.deadline.room_for_trial(self.finished() + in_flight):
             return self.deadline.why_no_room()
         return ""
 

@@ -216,7 +216,7 @@ def test_dry_run_lays_out_and_renders_without_starting_anything(tmp_path: Path) 
     # 8 trials, and the reference before and with the pick at the end, at up to 1m06s each
     assert lines[-1] == (
         "expected: about 12m06s (8 trials and 3 fresh-server re-measurement(s) at up to 1m06s each, 1 at a time); "
-        "it ends within 20m00s (budget.deadline), with fewer trials where they do not fit"
+        "it ends within 18m00s (budget.deadline), with fewer trials where they do not fit"
     )
     b300 = tune("run", "--space", "b300", "--dry-run", cwd=tmp_path)
     assert b300.returncode == 0, b300.stderr

@@ -22,7 +22,7 @@ from tuner.confirm import MARGIN_S, answer_of, confirm
 from tuner.confirmed import describe as describe_confirmation
 from tuner.confirmed import describe_answer
 from tuner.credentials import mask
-from tuner.deadline import Deadline
+from tuner.deadline import FIRST_ANSWER, Deadline
 from tuner.devices import GpuHygiene
 from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
 from tuner.dryrun import dry_run, end_launches, expected_line, launch_seconds
@@ -234,8 +234,11 @@ def _deadline(config: RunConfig, began: float, say: Callable[[str], None]) -> De
     say(
         f"deadline: {format_duration(deadline.seconds)} (budget.deadline); {format_duration(installed_s)} gone to the install, "
         f"{format_duration(max(0.0, deadline.left()))} left: trials run while one (up to {format_duration(deadline.launch_s)} "
-        f"until one has ended) and the end's {deadline.end_launches} fresh-server run(s) still fit"
+        f"until one has ended) and, after the first {FIRST_ANSWER}, the end's {deadline.end_launches} fresh-server run(s) "
+        "still fit"
     )
+    if not deadline.room_for_trial(0):
+        say("  no trial fits in what the install left: run `tune run` again (the install is cached) for the search")
     return deadline
 
 
@@ -266,8 +269,18 @@ def _phases(
     space, objective, plan = config.space, config.objective, config.plan
     remeasured = _remeasured(say)
     if plan is not None and not read_study(study, trials=False).noise and plan.reference_runs and space.enqueue:
-        say(f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) before the search")
-        measure_reference(study, space, objective, run_dir, driver.scheduler, runs=plan.reference_runs, on_run=remeasured)
+        if deadline is not None and not deadline.room_for_reference():
+            room = format_duration(deadline.left())
+            say(f"noise floor: no reference run before the search: {room} left before the deadline, the first trials come first")
+        else:
+            say(
+                f"noise floor: the reference config (the first enqueued) on {plan.reference_runs} fresh server(s) "
+                "before the search"
+            )
+            started = time.monotonic()
+            measure_reference(study, space, objective, run_dir, driver.scheduler, runs=plan.reference_runs, on_run=remeasured)
+            if deadline is not None:  # a fresh-server run is a trial's length: the deadline's first measure of one
+                deadline.observe((time.monotonic() - started) / plan.reference_runs)
     summary = _search(driver, study, config, run_dir, say)
     if deadline is not None:
         say(
