@@ -481,13 +481,15 @@ def _deadline_run(tmp_path: Path, deadline: Deadline, trials: int = 6) -> tuple[
 
 
 def test_a_deadline_launches_a_trial_only_while_it_and_the_end_fit(tmp_path: Path) -> None:
-    """Before any trial ends a trial is taken at the plan's estimate (0.01 s): the first two
-    launch, no time kept for the end before a first answer; once they took 0.4 s each, one more and
-    the end's two runs (1.2 s) no longer fit in what is left of 1.2 s: the search stops after two
-    trials, however slow the machine (slower leaves less)."""
-    summary, deadline = _deadline_run(tmp_path, Deadline(at=1.2, seconds=1.0, estimate_s=0.01, end_launches=2))
+    """A first answer (2 trials) is launched with no time kept for the end; then a trial must
+    leave room for the end's runs too, here 1,000 of them: none more fits in a minute, however
+    fast or slow the machine. A deadline already past launches nothing."""
+    summary, deadline = _deadline_run(tmp_path, Deadline(at=60.0, seconds=60.0, estimate_s=0.4, end_launches=1000))
     assert summary.launched == 2 and deadline.longest_s >= 0.4
-    assert summary.stop_reason.startswith("the deadline (1s, budget.deadline) leaves no room for another trial")
+    assert summary.stop_reason.startswith("the deadline (1m00s, budget.deadline) leaves no room for another trial")
+    (tmp_path / "late").mkdir()
+    late, _ = _deadline_run(tmp_path / "late", Deadline(at=-1.0, seconds=60.0, estimate_s=0.4))
+    assert late.launched == 0 and late.stop_reason.startswith("the deadline (1m00s, budget.deadline)")
 
 
 def test_a_deadline_with_room_leaves_the_trial_budget_in_charge(tmp_path: Path) -> None:

@@ -117,8 +117,12 @@ def test_search_efficiency_benchmark_runs_on_the_simulated_table() -> None:
 
 @pytest.mark.integration
 def test_crosscheck_benchmark_runs_our_side(llama_server: Path, smollm2: Path) -> None:
-    results = _load("crosscheck_guidellm").main(["--skip-guidellm", "--duration", "1"])
-    assert len(results["tuner"]) == 2 and all(v > 0 for v in results["tuner"])
+    """Plumbing: our side of the crosscheck runs both levels and returns their figures. How fast is
+    not asked: beside a busy-loop on one of two cores a 1-s window once finished no request at one
+    level (0.0), and that is a measurement, not a broken benchmark."""
+    results = _load("crosscheck_guidellm").main(["--skip-guidellm", "--duration", "2"])
+    figures = results["tuner"]
+    assert len(figures) == 2 and all(isinstance(v, float) and v >= 0 for v in figures) and max(figures) > 0
 
 
 def test_pick_replay_benchmark_runs(tmp_path: Path) -> None:
