@@ -173,3 +173,24 @@ def test_a_signal_that_interrupts_a_teardown_still_ends_the_group() -> None:
         signal.signal(signal.SIGALRM, before)
     assert proc.wait(5) == -signal.SIGKILL
     assert_group_gone(proc.pid)
+
+
+def test_a_signal_between_the_spawn_and_the_with_block_still_ends_the_server(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
+    """A SIGTERM that lands while ``start`` still runs (the spawn done, the with block not yet
+    entered, so no ``__exit__``) left llama-server running after its benchmark exited 143."""
+    import signal
+
+    server = _server(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 1})
+    spawn = server.start
+
+    def start_then_interrupted() -> None:
+        spawn()
+        raise SystemExit(128 + signal.SIGTERM)  # where the handler raised: after the spawn, inside __enter__
+
+    server.start = start_then_interrupted  # type: ignore[method-assign]
+    with pytest.raises(SystemExit), server:
+        pytest.fail("the with block must not be entered")
+    assert server.proc is not None and server.proc.poll() is not None
+    assert_group_gone(server.proc.pid)

@@ -92,7 +92,11 @@ class ServerProcess:
         return self.proc.pid
 
     def __enter__(self) -> Self:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # a signal's exception after the spawn, before the with block: __exit__ will not run
+            self.stop()
+            raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
