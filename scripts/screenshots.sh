@@ -8,6 +8,7 @@ chrome=(chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-
 tmp=$(mktemp -d); trap 'kill -- -"$pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 db="$(cd "$runs" && pwd)/$study/study.db"
 "$tune" report --study "$study" --storage "sqlite:///$db" --out "$tmp/report"
+"${chrome[@]}" --user-data-dir="$tmp/p0" --window-size=1280,2000 --virtual-time-budget=15000 --screenshot="$here/docs/report-front.png" "file://$tmp/report.html"   # README's picture
 "${chrome[@]}" --user-data-dir="$tmp/p1" --window-size=1280,5200 --virtual-time-budget=15000 --screenshot="$here/docs/report-$study.png" "file://$tmp/report.html"
 port=$(( 36000 + RANDOM % 2000 ))
 setsid "$dash" "sqlite:///$db" --host 127.0.0.1 --port "$port" > "$tmp/dash.log" 2>&1 &
