@@ -312,13 +312,14 @@ class Driver:
     def _stop_reason(self, in_flight: int) -> str:
         if self._stop_requested:
             return self._stop_requested
-        if self.finished() + in_flight >= self.trials:
+        done = self.finished() + in_flight  # one read of the study's trials per check
+        if done >= self.trials:
             return f"budget of {self.trials} trials reached"
-        if self._pause_at is not None and self.finished() + in_flight >= self._pause_at:
+        if self._pause_at is not None and done >= self._pause_at:
             return PAUSED
         if self.timeout is not None and time.monotonic() - self._began >= self.timeout:
             return f"timeout of {self.timeout:.0f}s reached"
-        if self.deadline is not None and not self.deadline.room_for_trial(self.finished() + in_flight):
+        if self.deadline is not None and not self.deadline.room_for_trial(done):
             return self.deadline.why_no_room()
         return ""
 

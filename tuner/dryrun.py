@@ -148,8 +148,7 @@ def _remeasure_launches(space: SearchSpace, budget: int) -> int:
     plan = space.remeasure
     if not plan.enabled:
         return 0
-    top, repeats = plan.plan(budget, plan.top)
-    return plan.reference_runs + len(plan.pauses(budget)) + (top + 1) * repeats
+    return plan.reference_runs + len(plan.pauses(budget)) + end_launches(space, budget)
 
 
 def _open_loop_ceiling(space: SearchSpace, partition: Partition | None) -> list[str]:
