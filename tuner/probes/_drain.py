@@ -11,6 +11,13 @@ The count must read zero twice, :data:`POLL_S` apart: llama-server answers ``/sl
 queue, so in the moment between a slot's release and the next queued request taking it every slot
 reads idle while requests still wait (CI measured a level on such a server: 7 of 7 requests still
 waiting at 2.9 s, at half the rate that had held).
+
+A count that says busy is believed while it changes: a fast 1-token request then says nothing,
+because an engine that schedules prefill first (SGLang) answers one at once beside hundreds of
+running requests (on the H200 a confirmation step started 0.16 s after a run that broke, judged by
+such a request, with 256 requests running and 265 queued by SGLang's own log; it broke at once).
+Only a count that stays the same non-zero value for :data:`STALE_S` (a gauge the engine stopped
+updating) may be overruled by 1-token requests as fast as on the idle server.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.2
 BOUND_S = 120.0  # a server still busy after this is measured anyway (and the level says so)
+STALE_S = 5.0  # a busy count unchanged this long is taken for a gauge the engine stopped updating
 
 
 async def in_flight(client: httpx.AsyncClient, server: ServerHandle) -> int | None:
@@ -66,12 +74,14 @@ async def drain(
 ) -> dict[str, Any]:
     """Wait until ``server`` has nothing in flight (at most ``bound`` seconds). Without the
     engine's count, ``ping()`` (an awaitable 1-token request, returning its seconds or None) is
-    timed until it is within twice ``idle_s`` (its time on the idle server) plus 50 ms (with the
-    count too: a gauge an idle engine stops updating may read busy forever). Returns
+    timed until it is within twice ``idle_s`` (its time on the idle server) plus 50 ms; with the
+    count, only once it has read the same busy value for :data:`STALE_S` (a stale gauge). Returns
     what the level stores: ``drain_s``, ``drained`` and how it was judged (``drained_by``)."""
     began = time.perf_counter()
     can_ping = ping is not None and idle_s is not None
     zeros = 0
+    last: int | None = None
+    since = began  # when the count last changed
     while True:
         left = await in_flight(client, server)
         zeros = zeros + 1 if left == 0 else 0
@@ -81,10 +91,13 @@ async def drain(
         if left == 0:  # once: read it again a poll later
             await asyncio.sleep(POLL_S)
             continue
+        if left != last:
+            last, since = left, time.perf_counter()
         if left is None and not can_ping:
             return {"drain_s": 0.0, "drained": None, "drained_by": "nothing to judge by"}
-        if can_ping:  # also where the engine's count says busy: a gauge the engine stops updating when idle reads stale
-            by = "1-token request" if left is None else f"1-token request (the engine's count still said {left})"
+        stale = left is not None and time.perf_counter() - since >= STALE_S
+        if can_ping and (left is None or stale):
+            by = "1-token request" if left is None else f"1-token request (the engine's count stuck at {left}: stale)"
             took = await ping()
             if took is not None and took <= 2 * idle_s + 0.05:  # type: ignore[operator]
                 break
