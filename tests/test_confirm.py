@@ -130,7 +130,7 @@ def test_a_confirmation_that_breaks_steps_the_answer_down_and_confirms_the_load_
     assert not first["held"] and first["ended_early"] and first["seconds"] < 7, first
     assert any(b.startswith("ttft_p99") for s in first["slices"] for b in s["broke"]) or first["broke"], first
     assert second["at"] == 1 and second["held"] and second["seconds"] == pytest.approx(9, abs=1), second
-    assert second["drained"] is True, second
+    assert second["drained"] is True and second["drained_by"], second
     assert result.metrics["held"] == 0.0 and result.metrics["confirmed"] == 1.0 and result.metrics["steps"] == 1
     assert result.details["confirmed"] == {"concurrency": 1.0}
 

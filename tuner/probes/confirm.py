@@ -210,7 +210,10 @@ def kept_run(run: dict[str, Any]) -> dict[str, Any]:
     """A run as the result keeps it: its verdict, slices and growth, and of its window what says
     how it started (drained) and what it delivered."""
     window = run["window"]
-    keep = ("drained", "drain_s", "achieved_over_offered", "completion_rate", "ttft_p99", "itl_p99", "tpot_p99", "error_rate")
+    keep = (
+        "drained", "drain_s", "drained_by",
+        "achieved_over_offered", "completion_rate", "ttft_p99", "itl_p99", "tpot_p99", "error_rate",
+    )  # fmt: skip
     return {**{k: v for k, v in run.items() if k != "window"}, **{k: window.get(k) for k in keep if k in window}}
 
 
