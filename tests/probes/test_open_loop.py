@@ -288,17 +288,20 @@ def _hold(url: str, rate: float, ttft: float) -> tuple[dict[str, Any], list[str]
 @pytest.mark.integration
 @pytest.mark.quiet  # timing: a slow queue's growth against a sender that must keep its schedule
 def test_a_queue_served_at_97_percent_of_the_offered_rate_is_never_held_and_one_at_80_percent_is() -> None:
-    """A fault server that serves requests one after another at 97 a second, offered 100 a second:
-    a queue grows by 3 a second, which a 10-second window shows as noise but which would add
-    minutes of wait within a 10-minute confirmation. The hold level breaks on it (its TTFT target
-    of 5 s would hold for its length). The same server at 125 a second (80 % busy) holds."""
-    with running("--service", "97", first_port=34000) as (url, _):
-        slow, broke = _hold(url, 100.0, ttft=5.0)
-    with running("--service", "125", first_port=34000) as (url, _):
-        fine, held = _hold(url, 100.0, ttft=5.0)
-    assert not slow["client_bound"] and not fine["client_bound"], (slow, fine)
-    assert broke and slow["growth"] > 1.0, (broke, slow)
-    assert held == [] and abs(fine["growth"]) < 1.0, (held, fine)
+    """A fault server that serves requests one after another at 48.5 a second, offered 50 a
+    second: a queue grows by 1.5 a second, which a 10-second window shows as noise but which
+    would add minutes of wait within a 10-minute confirmation. The hold level breaks on it (its
+    TTFT target of 5 s would hold for its length). The same server at 62.5 a second (80 % busy)
+    holds. (At 100 a second offered, the senders beside a busy loop on one of two cores once
+    delivered under 97 % of the schedule: client-bound, not this test's question.)"""
+    with running("--service", "48.5", first_port=34000) as (url, _):
+        slow, broke = _hold(url, 50.0, ttft=5.0)
+    with running("--service", "62.5", first_port=34000) as (url, _):
+        fine, held = _hold(url, 50.0, ttft=5.0)
+    seen = ("window_s", "growth", "growth_ci", "achieved_over_offered", "completion_rate", "send_lag_p99")
+    assert not slow["client_bound"] and not fine["client_bound"], ({k: slow[k] for k in seen}, {k: fine[k] for k in seen})
+    assert broke and slow["growth"] > 0.75, (broke, {k: slow[k] for k in seen})  # half its 1.5/s
+    assert held == [] and abs(fine["growth"]) < 0.75, (held, {k: fine[k] for k in seen})
 
 
 @pytest.mark.integration

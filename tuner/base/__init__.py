@@ -1,0 +1,1 @@
+"""Plain data shared by every layer: metric names, records, evidence, errors, units, credentials, statistics, progress."""

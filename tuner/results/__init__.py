@@ -1,0 +1,1 @@
+"""Choosing and showing: read stored records, pick, front, noise, report, export, limits, the pre-screen."""

@@ -1,0 +1,1 @@
+"""One trial: start a server, probe it, tear it down."""
