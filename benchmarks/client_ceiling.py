@@ -36,11 +36,11 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.fault.sse_server import running
-from tuner import procfs
+from tuner.base.records import Capacity
+from tuner.host import procfs
 from tuner.probes import CEILING, LoadProbe, Senders, ServerHandle
 from tuner.probes.load import SEND_LAG_MAX, stream_request
-from tuner.records import Capacity
-from tuner.server import end_servers_on_sigterm
+from tuner.serving.server import end_servers_on_sigterm
 from tuner.space import LoadProbeSpec
 
 

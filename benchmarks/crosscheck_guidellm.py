@@ -25,9 +25,9 @@ from tests.conftest import tiny_space
 from tuner import engines
 from tuner.app.prepare import validate
 from tuner.engines import llamacpp_provision as provision
-from tuner.partitions import free_port
+from tuner.host.partitions import free_port
 from tuner.probes import LoadProbe, ServerHandle
-from tuner.server import ServerProcess, end_servers_on_sigterm
+from tuner.serving.server import ServerProcess, end_servers_on_sigterm
 from tuner.space import LoadProbeSpec
 
 CONCURRENCY, PROMPT, OUTPUT, REQUESTS = 4, 128, 48, 16

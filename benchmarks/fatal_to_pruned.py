@@ -19,12 +19,12 @@ import optuna
 
 from tuner import objectives
 from tuner.app.prepare import validate
-from tuner.artifacts import RunDir
-from tuner.driver import Driver, TrialReport
-from tuner.executors import InlineExecutor
-from tuner.server import end_servers_on_sigterm
-from tuner.study import open_study
+from tuner.base.artifacts import RunDir
+from tuner.launching.executors import InlineExecutor
+from tuner.orchestration.driver import Driver, TrialReport
+from tuner.serving.server import end_servers_on_sigterm
 from tuner.trials import enqueue, read_trials
+from tuner.trials.study import open_study
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space

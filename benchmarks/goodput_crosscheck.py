@@ -44,12 +44,12 @@ sys.path.insert(0, str(ROOT))
 
 from tuner import engines
 from tuner.app.read import open_existing, stored_space
-from tuner.artifacts import RunDir
-from tuner.export import build_export
-from tuner.partitions import free_port, make_partitions
-from tuner.pick import pick
-from tuner.processes import terminate_group
-from tuner.server import ServerProcess, end_servers_on_sigterm
+from tuner.base.artifacts import RunDir
+from tuner.host.partitions import free_port, make_partitions
+from tuner.host.processes import terminate_group
+from tuner.results.export import build_export
+from tuner.results.pick import pick
+from tuner.serving.server import ServerProcess, end_servers_on_sigterm
 
 
 def bench_argv(

@@ -1,5 +1,5 @@
 """How well the growth of requests in the system separates a stable queue from a slow one, by
-window length: simulated queues (seeded), judged as the SLO probe judges them (tuner.stats.trend
+window length: simulated queues (seeded), judged as the SLO probe judges them (tuner.base.stats.trend
 over batches of two lifetimes, 4-10 of them). Prints, per queue and window: the slope's mean and
 spread over the runs, the mean 95 % half-width the trend reports, and how often a search level
 (interval above g*) and a hold (estimate above g*) would call it growing, for g* of a 10-minute
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuner.stats import trend
+from tuner.base.stats import trend
 
 
 def stable(rng: random.Random, rate: float, seconds: float, life: float = 2.5) -> tuple[list[float], list[float]]:

@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner.app.prepare import load
-from tuner.partitions import make_partitions
+from tuner.host.partitions import make_partitions
 from tuner.probes import RecallProbe, ServedContextProbe
-from tuner.server import end_servers_on_sigterm
+from tuner.serving.server import end_servers_on_sigterm
+from tuner.serving.trial import serve
 from tuner.space import RecallProbeSpec
 from tuner.space.schema import ServedContextProbeSpec
-from tuner.trial import serve
 
 
 def _value(text: str) -> object:

@@ -29,10 +29,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner import space as spaces
 from tuner.app import prepare
-from tuner.partitions import make_partitions
+from tuner.host.partitions import make_partitions
 from tuner.probes import LoadProbe
-from tuner.server import end_servers_on_sigterm
-from tuner.trial import pinned, run_trial, serve
+from tuner.serving.server import end_servers_on_sigterm
+from tuner.serving.trial import pinned, run_trial, serve
 
 
 def default_params(space: spaces.SearchSpace) -> dict[str, Any]:
@@ -187,9 +187,9 @@ _SAVE = _nothing  # rewrites the JSON after each run, so a cut-off run keeps its
 
 
 def calibration(runs: list[dict[str, Any]]) -> list[bool]:
-    """Leave one out: does run i's reported half-width (tuner.noise.half_width for one run: its
+    """Leave one out: does run i's reported half-width (tuner.results.noise.half_width for one run: its
     probe CI combined with the floor the other runs give) cover the other runs' mean?"""
-    from tuner.noise import half_width, noise_floor
+    from tuner.results.noise import half_width, noise_floor
 
     hits = []
     for i, run in enumerate(runs):

@@ -5,7 +5,7 @@ The same eight configs, in the same order, of a llama.cpp space on two 1-core de
 size is a parameter (``threads`` 1 or 2, as ``tp`` on the x2 night), run through `Driver` +
 `RayExecutor` twice per round: ``in order``: each trial waits for every one asked before it (the
 driver before 9ef6d6e: while a 2-device trial waits, the free device idles); ``may pass``: a trial
-asked later starts on the free device (tuner.driver.Driver._may_overtake). Utilization is
+asked later starts on the free device (tuner.orchestration.driver.Driver._may_overtake). Utilization is
 device-seconds busy (each trial from its launch to its end, times its devices) over devices times
 wall; wall is from the first launch to the last end.
 
@@ -25,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space
 from tuner import objectives
 from tuner.app.prepare import validate
-from tuner.artifacts import RunDir
-from tuner.driver import Driver
-from tuner.executors import RayExecutor
-from tuner.server import end_servers_on_sigterm
-from tuner.study import open_study
-from tuner.table import launched
+from tuner.base.artifacts import RunDir
+from tuner.launching.executors import RayExecutor
+from tuner.orchestration.driver import Driver
+from tuner.results.table import launched
+from tuner.serving.server import end_servers_on_sigterm
 from tuner.trials import read_trials
+from tuner.trials.study import open_study
 
 SIZES = (1, 2, 1, 2, 1, 1, 2, 1)
 

@@ -25,12 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space
 from tuner import objectives
 from tuner.app.prepare import validate
-from tuner.artifacts import RunDir
-from tuner.driver import Driver
-from tuner.executors import RayExecutor
-from tuner.server import end_servers_on_sigterm
-from tuner.study import open_study
+from tuner.base.artifacts import RunDir
+from tuner.launching.executors import RayExecutor
+from tuner.orchestration.driver import Driver
+from tuner.serving.server import end_servers_on_sigterm
 from tuner.trials import enqueue
+from tuner.trials.study import open_study
 
 
 def run(per_trial: int, n: int, tmp: Path) -> dict[str, float]:

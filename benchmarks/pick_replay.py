@@ -30,13 +30,13 @@ import optuna
 
 from tuner import objectives
 from tuner.app import prepare
-from tuner.artifacts import RunDir
-from tuner.driver import Driver
-from tuner.pick import pick
-from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
-from tuner.study import open_study
+from tuner.base.artifacts import RunDir
+from tuner.base.records import Capacity, ProbeResult, Timings, TrialOutcome
+from tuner.orchestration.driver import Driver
+from tuner.orchestration.validate import measure_reference, race, revalidate
+from tuner.results.pick import pick
 from tuner.trials import enqueue, read_study
-from tuner.validate import measure_reference, race, revalidate
+from tuner.trials.study import open_study
 
 WITHIN = 0.02  # success: the chosen config's true value is within 2 % of the true best
 

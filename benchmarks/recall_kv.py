@@ -19,9 +19,9 @@ from tests.conftest import tiny_space
 from tuner import engines
 from tuner.app.prepare import validate
 from tuner.engines import llamacpp_provision as provision
-from tuner.partitions import free_port
+from tuner.host.partitions import free_port
 from tuner.probes import RecallProbe, ServerHandle
-from tuner.server import ServerProcess, end_servers_on_sigterm
+from tuner.serving.server import ServerProcess, end_servers_on_sigterm
 from tuner.space import RecallProbeSpec
 
 CACHE_TYPES = ("f16", "q8_0", "q4_0")

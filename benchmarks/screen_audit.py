@@ -6,7 +6,7 @@ started is a false skip, a skip of one that failed a true skip. Then, over seeds
 a random order, each predicted from the ones before it (what a study sees as it goes).
 
     python benchmarks/screen_audit.py [docs/data/search-tables/h200-vllm-grid.json] [--seeds 20]
-    python benchmarks/screen_audit.py TABLE --screen-file OLD_screen.py   # an earlier tuner/screen.py, for before/after
+    python benchmarks/screen_audit.py TABLE --screen-file OLD_screen.py   # an earlier tuner/results/screen.py, for before/after
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("table", type=Path, nargs="?", default=TABLE)
     ap.add_argument("--engine", default="vllm")
     ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--screen-file", type=Path, help="a tuner/screen.py of another commit (its screen_for is used)")
+    ap.add_argument("--screen-file", type=Path, help="a tuner/results/screen.py of another commit (its screen_for is used)")
     args = ap.parse_args(argv)
     if args.screen_file:
         spec = importlib.util.spec_from_file_location("screen_under_audit", args.screen_file)
@@ -94,13 +94,13 @@ def main(argv: list[str] | None = None) -> None:
         spec.loader.exec_module(module)
         screen_for, as_record = module.screen_for, lambda t: t
     else:
-        from tuner.screen import screen_for
+        from tuner.results.screen import screen_for
         from tuner.trials import TrialRecord
 
         as_record = TrialRecord.of
     table = json.loads(args.table.read_text())
     c = audit(table, screen_for, args.engine, args.seeds, as_record)
-    print(f"{args.table.name} ({args.screen_file or 'tuner/screen.py'}): {c['configs']} configs, {c['started']} started")
+    print(f"{args.table.name} ({args.screen_file or 'tuner/results/screen.py'}): {c['configs']} configs, {c['started']} started")
     print(f"  leave-one-out: {c['loo_false_skips']} false skips (configs that started), {c['loo_true_skips']} true skips")
     print(
         f"  {args.seeds} random orders, {c['seq_predictions']} predictions: {c['seq_false_skips']} false skips, "

@@ -45,17 +45,17 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tuner.app.prepare import validate
-from tuner.artifacts import RunDir
-from tuner.driver import Driver
+from tuner.base.artifacts import RunDir
+from tuner.base.evidence import Evidence
+from tuner.base.exceptions import ConfigInfeasible, StartupFailed
+from tuner.base.records import Capacity, ProbeResult, Timings, TrialOutcome
 from tuner.engines import vllm
-from tuner.evidence import Evidence
-from tuner.exceptions import ConfigInfeasible, StartupFailed
-from tuner.memory import MemoryModel
+from tuner.engines.memory import MemoryModel
 from tuner.objectives import ObjectiveSet
-from tuner.pick import hypervolume_2d
-from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
-from tuner.screen import Screen, screen_for
-from tuner.server import end_servers_on_sigterm
+from tuner.orchestration.driver import Driver
+from tuner.results.pick import hypervolume_2d
+from tuner.results.screen import Screen, screen_for
+from tuner.serving.server import end_servers_on_sigterm
 from tuner.trials import read_trials
 
 TABLES = ROOT / "docs" / "data" / "search-tables"  # committed: the figures in docs/ replay from a clone
@@ -105,8 +105,8 @@ class Table:
 # ---------------------------------------------------------------- measuring the CPU table (real)
 def measure_cpu_table(path: Path) -> None:
     from tests.conftest import tiny_space
-    from tuner.partitions import make_partitions
-    from tuner.trial import run_trial
+    from tuner.host.partitions import make_partitions
+    from tuner.serving.trial import run_trial
 
     raw = tiny_space(name="grid")
     raw["parameters"] = {k: {"type": "categorical", "choices": v} for k, v in CPU_GRID.items()}

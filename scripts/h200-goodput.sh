@@ -37,7 +37,7 @@ if [ "${PHASE:-tune}" = tune ]; then
   python3 -m tuner limits --study "$study" --trial "$(STUDY=$study python3 - <<'PY'
 import os
 from tuner.app.read import open_existing
-from tuner.pick import pick
+from tuner.results.pick import pick
 print(pick(open_existing(os.environ["STUDY"], None), "knee").number)
 PY
 )" || true

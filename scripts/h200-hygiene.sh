@@ -8,7 +8,7 @@ holder=$!
 for _ in $(seq 60); do nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -q . && break; sleep 1; done
 echo "holder pid $holder"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
 check() { PYTHONPATH=$PWD python3 -c "
-from tuner.devices import GpuHygiene, _smi_holders
+from tuner.host.devices import GpuHygiene, _smi_holders
 h = GpuHygiene([0], hold_grace=1)
 print('nvml:', [x.describe() for x in h.held([0])])
 print('nvidia-smi:', [x.describe() for x in _smi_holders([0])])"; }

@@ -24,11 +24,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import tiny_space
-from tuner import engines, procfs
+from tuner import engines
 from tuner.app.prepare import validate
 from tuner.engines import llamacpp_provision as provision
-from tuner.partitions import free_port
-from tuner.server import ServerProcess, end_servers_on_sigterm
+from tuner.host import procfs
+from tuner.host.partitions import free_port
+from tuner.serving.server import ServerProcess, end_servers_on_sigterm
 
 WORDS = "river stone cloud paper garden window silver forest candle market bridge winter".split()
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import optuna
 
 from tuner import engines
-from tuner.driver import grade
 from tuner.engines import Category, classify
+from tuner.orchestration.driver import grade
 
 runs, engine = Path(sys.argv[1]), sys.argv[2]
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -1,4 +1,4 @@
-"""A study's trials over time by GPU, from each launch to its end (tuner.table.launched), as a PNG:
+"""A study's trials over time by GPU, from each launch to its end (tuner.results.table.launched), as a PNG:
 where a GPU sat idle and which trial waited for which.
 
 usage: python scripts/timeline_png.py DB STUDY OUT.png [DEVICE-WORD, default GPU]"""
@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import optuna
 
-from tuner.table import launched
+from tuner.results.table import launched
 from tuner.trials import read_trials
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tuner.engines import llamacpp_provision as provision
 from tuner.engines.llamacpp import BUILTIN_MODEL
-from tuner.processes import group_members
+from tuner.host.processes import group_members
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -133,7 +133,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     import fcntl
     import time
 
-    from tuner.trial import pinned  # the load client's own pinning: set, then restored
+    from tuner.serving.trial import pinned  # the load client's own pinning: set, then restored
 
     shared = run_folder(item.config._tmp_path_factory)  # type: ignore[attr-defined]
     wanted = shared / "quiet-wanted"
@@ -242,8 +242,8 @@ def llama_server_process(
     """A real llama-server for ``params`` (not started): the tiny space's fixed flags, 1 thread."""
     from tuner import engines
     from tuner.app.prepare import validate
-    from tuner.partitions import free_port
-    from tuner.server import ServerProcess
+    from tuner.host.partitions import free_port
+    from tuner.serving.server import ServerProcess
 
     raw = tiny_space()
     raw["server"]["memory_cap"] = cap
@@ -332,10 +332,10 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, llama_server: Path, smo
     cache does not fit under the memory cap. Returns (study, run_dir, space)."""
     from tuner import objectives
     from tuner.app.prepare import validate
-    from tuner.artifacts import RunDir
-    from tuner.driver import Driver
-    from tuner.executors import InlineExecutor
-    from tuner.study import open_study
+    from tuner.base.artifacts import RunDir
+    from tuner.launching.executors import InlineExecutor
+    from tuner.orchestration.driver import Driver
+    from tuner.trials.study import open_study
 
     raw = tiny_space(name="real")
     raw["hardware"]["devices"] = [REAL_STUDY_CORE]  # one build for every worker: the space it stores is the same for all
@@ -389,7 +389,7 @@ def copy_study(source: Path, dest: Path):  # (optuna.Study, RunDir)
     copy to write to while others read the original."""
     import optuna
 
-    from tuner.artifacts import RunDir
+    from tuner.base.artifacts import RunDir
 
     shutil.copytree(source, dest)
     run_dir = RunDir(dest)
@@ -407,7 +407,7 @@ def postgres() -> str:
     import subprocess
     import tempfile
 
-    from tuner.partitions import free_port
+    from tuner.host.partitions import free_port
 
     found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
     if found is None:

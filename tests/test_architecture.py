@@ -181,7 +181,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_is_acyclic() -> None:
     graph = import_graph(ROOT / "tuner")
-    assert len(graph) > 50 and "tuner.processes" in graph["tuner.ledger"]
+    assert len(graph) > 50 and "tuner.host.processes" in graph["tuner.host.ledger"]
     assert cycles(graph) == []
 
 
@@ -319,9 +319,11 @@ METRIC_NAME = re.compile(r"^(slo|load|recall|capacity|served|overload|telemetry|
 
 def metric_literals(package: Path) -> list[str]:
     """String literals in code (docstrings aside) that spell a stored metric's name, outside
-    the one module that names them (tuner/metrics.py)."""
+    the one module that names them (tuner/base/metrics.py)."""
     return [
-        f"{rel}:{line}: {value!r}" for rel, line, value in _strings(package, outside="metrics.py") if METRIC_NAME.match(value)
+        f"{rel}:{line}: {value!r}"
+        for rel, line, value in _strings(package, outside="base/metrics.py")
+        if METRIC_NAME.match(value)
     ]
 
 
@@ -331,8 +333,8 @@ def test_metric_names_are_written_once() -> None:
 
 def test_the_check_finds_a_metric_name_in_code_even_inside_an_f_string(tmp_path: Path) -> None:
     package = tmp_path / "tuner"
-    package.mkdir()
-    (package / "metrics.py").write_text('SLO_GOODPUT = "slo.goodput"\n')
+    (package / "base").mkdir(parents=True)
+    (package / "base" / "metrics.py").write_text('SLO_GOODPUT = "slo.goodput"\n')
     (package / "report.py").write_text(
         '"""Shows slo.goodput."""\ndef f(m):\n    return f"{m[\'load.ttft_p99\']}" + m.get("slo.goodput_ci", "") + "slo."\n'
     )
@@ -355,17 +357,54 @@ def test_benchmarks_and_scripts_use_the_public_api() -> None:
     assert found == []
 
 
-def test_the_layers_import_downwards_only() -> None:
-    """docs/architecture.md's picture: the command line on top, the application layer (tuner.app)
-    under it, the library below both; nothing below imports a layer above it."""
-    graph = import_graph(ROOT / "tuner")
-    upward = []
-    for module, targets in sorted(graph.items()):
-        if module == "tuner.__main__" or module.startswith("tuner.cli"):
+def layers_in_the_map() -> list[str]:
+    """The folders of docs/architecture.md's layer table, top to bottom (its first column)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    return re.findall(r"^\| `tuner/(\w+)/` \|", text, re.M)
+
+
+def upward_imports(package: Path, layers: list[str]) -> list[str]:
+    """Imports from a folder to one that is not below it in ``layers`` (top first)."""
+    found = []
+    for module, targets in sorted(import_graph(package).items()):
+        here = module.split(".")[1] if module.count(".") >= 1 and module != "tuner.__main__" else None
+        if here is None or here not in layers:
             continue
-        above = ("tuner.cli",) if module.startswith("tuner.app") else ("tuner.cli", "tuner.app")
-        upward += [f"{module} -> {t}" for t in sorted(targets) if t.startswith(above)]
-    assert upward == []
+        for target in sorted(targets):
+            there = target.split(".")[1] if target.count(".") >= 1 else None
+            if there is None or there == here:
+                continue
+            if there not in layers or layers.index(there) <= layers.index(here):
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_the_folders_are_the_layers_and_each_imports_only_those_below_it() -> None:
+    """`ls tuner/` is the architecture: every folder is one row of docs/architecture.md's layer
+    table, in its order, and a module imports from its own folder or from folders below its own
+    (the command line on top, the plain data at the bottom); beside the folders only
+    ``__init__.py`` and ``__main__.py``."""
+    layers = layers_in_the_map()
+    folders = sorted(p.name for p in (ROOT / "tuner").iterdir() if (p / "__init__.py").is_file())
+    assert sorted(layers) == folders
+    assert sorted(p.name for p in (ROOT / "tuner").glob("*.py")) == ["__init__.py", "__main__.py"]
+    assert upward_imports(ROOT / "tuner", layers) == []
+
+
+def test_the_layer_check_finds_an_import_upwards(tmp_path: Path) -> None:
+    package = tmp_path / "tuner"
+    for name, text in {
+        "base/units.py": "from tuner.results.pick import pick\n",
+        "results/pick.py": "from tuner.base.units import parse\nimport tuner.results.table\n",
+        "results/table.py": "",
+    }.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    # importing tuner.results.pick runs tuner/results/__init__ first: both are upwards
+    assert upward_imports(package, ["results", "base"]) == [
+        "tuner.base.units -> tuner.results",
+        "tuner.base.units -> tuner.results.pick",
+    ]
 
 
 def engine_signature_literals(package: Path, signatures: set[str]) -> list[str]:

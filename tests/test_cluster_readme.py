@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, tiny_space, worker_port
-from tuner import procfs
-from tuner.partitions import free_port
+from tuner.host import procfs
+from tuner.host.partitions import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ import optuna
 import pytest
 
 from tests.conftest import REAL_STUDY_CORE
-from tuner import compare, objectives
+from tuner import objectives
+from tuner.orchestration import compare
 
 
 def _study(tok_s: float) -> optuna.Study:

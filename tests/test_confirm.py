@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from tests.conftest import tiny_space
-from tuner.ledger import Ledger
-from tuner.probes.confirm import RUNS_FILE, drift, loads, run_verdict, verdict
+from tuner.host.ledger import Ledger
+from tuner.probes.long_run import RUNS_FILE, drift, loads, run_verdict, verdict
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.1)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.cores import device_cores, parse_cpulist, split_server_client
-from tuner.partitions import PartitionPool, make_partitions
+from tuner.host.cores import device_cores, parse_cpulist, split_server_client
+from tuner.host.partitions import PartitionPool, make_partitions
 
 
 def test_cpulist_format() -> None:
@@ -30,9 +30,9 @@ def test_the_client_gets_its_own_cores() -> None:
 
 
 def test_gpu_partitions_pin_their_server_and_cpu_partitions_stay_as_they_were(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tuner.partitions
+    import tuner.host.partitions
 
-    monkeypatch.setattr(tuner.partitions, "device_cores", lambda devices: {0: (0, 1, 2, 3), 1: (4, 5, 6, 7)})
+    monkeypatch.setattr(tuner.host.partitions, "device_cores", lambda devices: {0: (0, 1, 2, 3), 1: (4, 5, 6, 7)})
     gpu = make_partitions("gpu", [0, 1], 1)
     assert (gpu[0].cpus, gpu[0].client_cpus, gpu[1].cpus, gpu[1].client_cpus) == ((0, 1, 2), (3,), (4, 5, 6), (7,))
     assert PartitionPool("gpu", [0, 1]).acquire(2).cpus == (0, 1, 2, 3, 4, 5)  # a tp-2 trial holds both GPUs' cores
@@ -44,9 +44,9 @@ def test_gpu_partitions_pin_their_server_and_cpu_partitions_stay_as_they_were(mo
 def test_gpus_that_share_cores_pin_each_core_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight GPUs on a machine of two cores (a dry run on a laptop; a node whose GPUs list one NUMA
     node's cores each): a tp-4 partition's cores are listed once each, never `0,1,1`."""
-    import tuner.partitions
+    import tuner.host.partitions
 
-    monkeypatch.setattr(tuner.partitions, "device_cores", lambda devices: {d: (0, 1) if d == 0 else (1,) for d in devices})
+    monkeypatch.setattr(tuner.host.partitions, "device_cores", lambda devices: {d: (0, 1) if d == 0 else (1,) for d in devices})
     [first, _] = make_partitions("gpu", list(range(8)), 4)
     assert first.cpus + first.client_cpus == (0, 1)
     assert first.wrap(["srv"])[:3] == ["taskset", "--cpu-list", "0"]

@@ -2,7 +2,7 @@
 reader shows the trial at the confirmed load (its SLO metrics, its objective values and its
 re-runs'), keeps the search's figures beside it, and status, the pick and export say so; one that
 broke and found none is refused by export unless forced. On the committed H200 vLLM study
-(docs/data/goodput/h200-rate-2026-12-03/), with confirmations stored as tuner.confirm stores them."""
+(docs/data/goodput/h200-rate-2026-12-03/), with confirmations stored as tuner.orchestration.confirm stores them."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import optuna
 import pytest
 
 from tests.conftest import ROOT, tune_here
-from tuner.confirm import Confirmation
-from tuner.confirmed import corrected, describe, uncorrected_failure
-from tuner.exceptions import ConfigError
-from tuner.pick import pick
+from tuner.base.exceptions import ConfigError
+from tuner.orchestration.confirm import Confirmation
+from tuner.results.confirmation import corrected, describe, uncorrected_failure
+from tuner.results.pick import pick
 from tuner.trials import read_study, save_confirmation
 
 DB = ROOT / "docs/data/goodput/h200-rate-2026-12-03/study.db"
@@ -112,8 +112,8 @@ class _Cut:
         import json
         from concurrent.futures import Future
 
-        from tuner.probes.confirm import RUNS_FILE
-        from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
+        from tuner.base.records import Capacity, ProbeResult, Timings, TrialOutcome
+        from tuner.probes.long_run import RUNS_FILE
 
         self.asked.append(space.probes.confirm)
         trial_dir.mkdir(parents=True, exist_ok=True)
@@ -138,8 +138,8 @@ def test_a_confirmation_cut_short_keeps_its_finished_runs_and_resumes_a_step_bel
     answer; `--resume` goes on one step below the stored run (54/s, not the answer again), and
     its run that holds corrects the answer, with every run kept."""
     from tuner.app.read import stored_space
-    from tuner.artifacts import RunDir
-    from tuner.confirm import confirm
+    from tuner.base.artifacts import RunDir
+    from tuner.orchestration.confirm import confirm
 
     study = _study(tmp_path)
     space, run_dir = stored_space(study), RunDir(tmp_path / "runs" / NAME)

@@ -1,5 +1,5 @@
 """A study as optuna-dashboard 0.21 reads it (its own server and HTTP API, not our reading of
-its format): feasibility from the constraints `tuner.driver.tell` stores, and headline metrics as
+its format): feasibility from the constraints `tuner.orchestration.driver.tell` stores, and headline metrics as
 flat scalar user attrs it can sort by."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import worker_port
-from tuner.partitions import free_port
+from tuner.host.partitions import free_port
 from tuner.trials import Verdict, read_trials, tell
 
 

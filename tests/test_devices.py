@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from tuner.devices import GpuHygiene
-from tuner.partitions import PartitionPool
+from tuner.host.devices import GpuHygiene
+from tuner.host.partitions import PartitionPool
 
 
 def test_settle_waits_for_memory_to_return() -> None:

@@ -15,15 +15,15 @@ from optuna.trial import TrialState
 from tests.conftest import tiny_space, worker_port
 from tuner import objectives
 from tuner.app.prepare import validate
-from tuner.artifacts import RunDir
-from tuner.deadline import Deadline
-from tuner.driver import Driver
-from tuner.evidence import Evidence
-from tuner.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
-from tuner.executors import InlineExecutor
-from tuner.pick import candidates, pick
-from tuner.study import open_study
+from tuner.base.artifacts import RunDir
+from tuner.base.evidence import Evidence
+from tuner.base.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
+from tuner.launching.executors import InlineExecutor
+from tuner.orchestration.deadline import Deadline
+from tuner.orchestration.driver import Driver
+from tuner.results.pick import candidates, pick
 from tuner.trials import state_for
+from tuner.trials.study import open_study
 
 EV = Evidence(argv=("x",), elapsed_s=0.1)
 
@@ -123,7 +123,7 @@ def test_rerun_resumes_and_a_changed_space_is_refused(tmp_path: Path, llama_serv
     study, _, summary = _tune(tmp_path, raw, "resume", 1, [])  # budget met: nothing new
     assert len(study.get_trials()) == 1 and summary.launched == 0
     raw["parameters"]["ctx-size"]["choices"] = [4096]
-    from tuner.exceptions import ConfigError
+    from tuner.base.exceptions import ConfigError
 
     with pytest.raises(ConfigError, match="was created with a different space"):
         _tune(tmp_path, raw, "resume", 2, [])
@@ -176,7 +176,7 @@ def test_grade_of_a_failed_start() -> None:
 @pytest.mark.integration
 @pytest.mark.one_core
 def test_screen_skips_a_config_that_already_failed_for_real(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
-    from tuner.screen import screen_for
+    from tuner.results.screen import screen_for
 
     raw = tiny_space()
     raw["parameters"] = {
@@ -219,7 +219,7 @@ def test_a_repeated_proposal_is_not_launched_again(tmp_path: Path, llama_server:
 @pytest.mark.integration
 def test_a_partition_whose_gpu_is_held_is_refused_naming_the_holder(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     """NVML is faked (no GPU here; the H200 run checks the real one): device 0 is held by pid 4242."""
-    from tuner.devices import GpuHygiene, Holder
+    from tuner.host.devices import GpuHygiene, Holder
 
     raw = tiny_space()
     raw["hardware"] = {"kind": "cpu", "devices": [0, 1], "per_trial": 1}
@@ -259,7 +259,7 @@ def test_a_smaller_trial_uses_the_partition_a_larger_one_waits_beside(tmp_path: 
 
     import yaml
 
-    from tuner.table import launched
+    from tuner.results.table import launched
 
     raw = tiny_space(name="mixed")
     raw["server"]["flags"].pop("threads")
@@ -298,7 +298,7 @@ def test_a_smaller_trial_uses_the_partition_a_larger_one_waits_beside(tmp_path: 
 def test_recovery_tells_a_trial_that_ran_from_one_that_only_waited(tmp_path: Path) -> None:
     """The x2 night's kill -9: trial 1 (tp 2) held both GPUs, trial 2 (tp 2) was asked and
     waited for them; both were RUNNING in the study. Only the first ran; both are re-queued."""
-    from tuner.driver import fail_interrupted
+    from tuner.orchestration.driver import fail_interrupted
 
     study = optuna.create_study()
     ran, waited = study.ask({"tp": optuna.distributions.CategoricalDistribution([1, 2])}), study.ask()
@@ -320,8 +320,8 @@ def test_recovery_keeps_what_an_interrupted_trial_left_on_its_node(tmp_path: Pat
     in the study's artifact store before it records the trial FAIL; optuna-dashboard serves them."""
     from optuna.artifacts import get_all_artifact_meta
 
-    from tuner.driver import fail_interrupted
-    from tuner.executors import LEFTOVER_PREFIX, MARKER, leftovers
+    from tuner.launching.executors import LEFTOVER_PREFIX, MARKER, leftovers
+    from tuner.orchestration.driver import fail_interrupted
 
     node_tmp = tmp_path / "node-tmp"
     for key, trial in (("night", 0), ("other-study", 0)):
@@ -353,7 +353,7 @@ def test_recovery_keeps_what_an_interrupted_trial_left_on_its_node(tmp_path: Pat
 
     import httpx
 
-    from tuner.partitions import free_port
+    from tuner.host.partitions import free_port
 
     port = free_port("127.0.0.1", worker_port(34900), 400)
     proc = subprocess.Popen(
@@ -419,7 +419,7 @@ def test_on_eight_gpus_a_tp8_trial_is_passed_at_most_once(tmp_path: Path) -> Non
     """b300's shape: tp 4 and 8 on 8 GPUs, two tp-4 partitions at most. While a tp-8 trial waits, one
     tp-4 trial may take the free half; then nothing else starts before it, however many tp-4 trials
     the sampler asks for; no GPU ever holds two trials."""
-    from tuner.table import launched
+    from tuner.results.table import launched
 
     raw = tiny_space(name="eight")
     sizes = [4, 8, 4, 4, 4, 8, 4, 4, 8, 4]

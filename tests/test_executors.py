@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import group_members, tiny_space
-from tuner.executors import leftovers
+from tuner.launching.executors import leftovers
 
 pytestmark = pytest.mark.integration
 # The tests on the `cluster` fixture run on one xdist worker (pyproject: --dist loadgroup), in a row:
@@ -103,11 +103,11 @@ def test_trials_run_on_the_node_of_their_partition_and_report_to_the_driver(
 ) -> None:
     from tuner import objectives
     from tuner.app.prepare import validate
-    from tuner.artifacts import RunDir
-    from tuner.driver import Driver
-    from tuner.executors import RayExecutor
-    from tuner.study import open_study
-    from tuner.table import launched
+    from tuner.base.artifacts import RunDir
+    from tuner.launching.executors import RayExecutor
+    from tuner.orchestration.driver import Driver
+    from tuner.results.table import launched
+    from tuner.trials.study import open_study
 
     address, nodes = cluster
     raw = _two_partitions("multi")
@@ -141,7 +141,7 @@ def test_a_new_executor_stops_orphans_on_every_node(cluster, tmp_path: Path) -> 
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from tuner.executors import RayExecutor, node_ledger
+    from tuner.launching.executors import RayExecutor, node_ledger
 
     address, nodes = cluster
     ray.init(address=address, namespace="tuner", log_to_driver=False)

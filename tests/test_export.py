@@ -12,12 +12,12 @@ from optuna.trial import TrialState
 
 from tests.conftest import copy_study
 from tuner import objectives
-from tuner.executors import InlineExecutor
-from tuner.export import build_export
-from tuner.noise import kept
-from tuner.pick import hypervolume_2d, pick
-from tuner.table import trials_frame
-from tuner.validate import revalidate
+from tuner.launching.executors import InlineExecutor
+from tuner.orchestration.validate import revalidate
+from tuner.results.export import build_export
+from tuner.results.noise import kept
+from tuner.results.pick import hypervolume_2d, pick
+from tuner.results.table import trials_frame
 
 pytestmark = pytest.mark.integration
 

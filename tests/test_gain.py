@@ -15,12 +15,12 @@ import pytest
 from tests.conftest import tiny_space
 from tuner import objectives
 from tuner.app.prepare import validate
-from tuner.artifacts import RunDir
-from tuner.driver import Driver
-from tuner.gain import Gain, gains
-from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
-from tuner.study import open_study
-from tuner.validate import measure_reference, revalidate
+from tuner.base.artifacts import RunDir
+from tuner.base.records import Capacity, ProbeResult, Timings, TrialOutcome
+from tuner.orchestration.driver import Driver
+from tuner.orchestration.validate import measure_reference, revalidate
+from tuner.results.gain import Gain, gains
+from tuner.trials.study import open_study
 
 BASELINE = {"ctx-size": 2048}
 
@@ -100,7 +100,7 @@ def test_a_gain_states_its_sign_and_noise() -> None:
 
 def test_one_run_each_and_no_noise_floor_states_no_gain(tmp_path: Path) -> None:
     """Without a second run of anything, a half-width would be made up: no statement."""
-    from tuner.validate import _Item, store_reference
+    from tuner.orchestration.validate import _Item, store_reference
 
     truth = {2048: (50.0, 80.0), 4096: (75.0, 82.0)}
     space, objective, study = _study(tmp_path, truth, "one")

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from tuner import procfs
-from tuner.ledger import Entry, Ledger, start_ticks
+from tuner.host import procfs
+from tuner.host.ledger import Entry, Ledger, start_ticks
 
 FAULT = Path(__file__).resolve().parent / "fault" / "hang_server.py"
 

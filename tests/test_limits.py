@@ -7,8 +7,8 @@ import json
 from tests.cli.test_cli import tune
 from tests.conftest import FIXTURES
 from tuner import engines
-from tuner.limits import Limits, from_config
-from tuner.records import Capacity
+from tuner.base.records import Capacity
+from tuner.results.limits import Limits, from_config
 
 
 def test_what_if_concurrency_per_context() -> None:
@@ -91,7 +91,7 @@ def test_cli_needs_an_input() -> None:
 def test_the_measured_slo_load_sits_beside_the_capacity_derived_calls() -> None:
     from optuna.trial import TrialState
 
-    from tuner.limits import for_trial
+    from tuner.results.limits import for_trial
     from tuner.trials import TrialRecord
 
     metrics = {"slo.concurrency": 3.0, "slo.concurrency_violated": 4.0, "slo.goodput": 85.5}

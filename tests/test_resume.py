@@ -17,7 +17,7 @@ import yaml
 from optuna.trial import TrialState
 
 from tests.conftest import tiny_space
-from tuner.ledger import start_ticks
+from tuner.host.ledger import start_ticks
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ from typing import Any
 from tests.conftest import tiny_space
 from tuner import objectives
 from tuner.app.prepare import validate
-from tuner.artifacts import RunDir
-from tuner.exceptions import InfrastructureError
-from tuner.ledger import Ledger
-from tuner.scheduler import Scheduler
-from tuner.validate import remeasure
+from tuner.base.artifacts import RunDir
+from tuner.base.exceptions import InfrastructureError
+from tuner.host.ledger import Ledger
+from tuner.launching.scheduler import Scheduler
+from tuner.orchestration.validate import remeasure
 
 
 class Hang:

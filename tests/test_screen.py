@@ -10,7 +10,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState, create_trial
 
 from tests.conftest import FIXTURES
-from tuner.screen import screen_for
+from tuner.results.screen import screen_for
 from tuner.trials import TrialRecord, read_trials
 
 D = {
@@ -164,9 +164,9 @@ def test_a_contradicted_skip_is_proposed_again_once(tmp_path: Path) -> None:
     from tests.conftest import tiny_space
     from tuner import objectives
     from tuner.app.prepare import validate
-    from tuner.artifacts import RunDir
-    from tuner.driver import Driver
-    from tuner.study import open_study
+    from tuner.base.artifacts import RunDir
+    from tuner.orchestration.driver import Driver
+    from tuner.trials.study import open_study
 
     raw = tiny_space()
     raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [8192, 65536]}}

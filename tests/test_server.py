@@ -14,10 +14,10 @@ import pytest
 
 from tests.conftest import assert_group_gone, llama_server_process, worker_port
 from tuner import engines
+from tuner.base.exceptions import StartupFailed, StartupTimeout
 from tuner.engines import Command
-from tuner.exceptions import StartupFailed, StartupTimeout
-from tuner.partitions import free_port
-from tuner.server import ServerProcess
+from tuner.host.partitions import free_port
+from tuner.serving.server import ServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_core]  # each a 1-thread server on worker_core()
 adapter = engines.get("llamacpp")
@@ -154,7 +154,7 @@ def test_a_signal_that_interrupts_a_teardown_still_ends_the_group() -> None:
     import signal
     import subprocess
 
-    from tuner.processes import terminate_group
+    from tuner.host.processes import terminate_group
 
     slow = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", slow], stdout=subprocess.PIPE, text=True, start_new_session=True)

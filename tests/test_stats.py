@@ -1,4 +1,4 @@
-"""The trend of requests in the system (tuner.stats.trend): its interval is right for a stable
+"""The trend of requests in the system (tuner.base.stats.trend): its interval is right for a stable
 queue and shows a growing one. Queues are simulated from a seeded random stream: Poisson
 arrivals, each request in the system a fixed lifetime (a server below saturation: M/D/infinity)
 or served one after another at 97 % of the arrival rate (a slow queue that grows)."""
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from tuner.stats import trend
+from tuner.base.stats import trend
 
 
 def _queue(

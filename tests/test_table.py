@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from tests.conftest import FIXTURES
-from tuner.table import launched, trials_frame
+from tuner.results.table import launched, trials_frame
 
 
 def test_a_trial_that_waited_for_its_gpus_is_shown_from_its_launch() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_space, worker_core
-from tuner import telemetry
 from tuner.app.prepare import validate
-from tuner.partitions import make_partitions
-from tuner.telemetry import Sample, level_metrics, summarize_levels
+from tuner.host import telemetry
+from tuner.host.partitions import make_partitions
+from tuner.host.telemetry import Sample, level_metrics, summarize_levels
 
 
 def _two_gpus(start: float, seconds: float, *, counter: bool = True) -> list[Sample]:
@@ -96,7 +96,7 @@ def test_no_rapl_is_said_not_guessed(tmp_path: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.one_core
 def test_a_real_trial_records_what_this_machine_measures(tmp_path: Path, llama_server: Path, smollm2: Path) -> None:
-    from tuner.trial import run_trial
+    from tuner.serving.trial import run_trial
 
     space = validate(tiny_space(), "tiny.yaml")
     [partition] = make_partitions("cpu", [worker_core()], 1)

@@ -18,12 +18,12 @@ from optuna.trial import TrialState
 from tests.conftest import tiny_space, worker_core
 from tuner import objectives
 from tuner.app.prepare import validate
-from tuner.artifacts import RunDir
-from tuner.driver import record
-from tuner.exceptions import CrashedUnderLoad
-from tuner.ledger import Ledger
-from tuner.partitions import make_partitions
-from tuner.trial import run_trial
+from tuner.base.artifacts import RunDir
+from tuner.base.exceptions import CrashedUnderLoad
+from tuner.host.ledger import Ledger
+from tuner.host.partitions import make_partitions
+from tuner.orchestration.driver import record
+from tuner.serving.trial import run_trial
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_core]  # each a 1-thread server on worker_core()
 
@@ -108,8 +108,8 @@ def test_a_port_taken_between_the_check_and_the_bind_is_started_again_on_another
     port instead of recording the config as infeasible; the failed start's log is kept."""
     import socket
 
-    from tuner import partitions
-    from tuner.trial import serve
+    from tuner.host import partitions
+    from tuner.serving.trial import serve
 
     space = validate(tiny_space(), "tiny.yaml")
     [partition] = make_partitions("cpu", [worker_core()], 1)

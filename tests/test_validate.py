@@ -13,7 +13,7 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 
 from tests.conftest import tiny_space
-from tuner.validate import _Item, store_reference, top_candidates
+from tuner.orchestration.validate import _Item, store_reference, top_candidates
 
 
 def test_the_reference_trial_joins_its_runs_even_when_it_ran_after_the_start_measurement() -> None:
@@ -82,11 +82,11 @@ def test_a_race_spends_its_launches_only_on_the_tied_configs(tmp_path: Path) -> 
 
     from tuner import objectives
     from tuner.app.prepare import validate
-    from tuner.artifacts import RunDir
-    from tuner.driver import record
-    from tuner.records import Capacity, ProbeResult, Timings, TrialOutcome
-    from tuner.study import open_study
-    from tuner.validate import race
+    from tuner.base.artifacts import RunDir
+    from tuner.base.records import Capacity, ProbeResult, Timings, TrialOutcome
+    from tuner.orchestration.driver import record
+    from tuner.orchestration.validate import race
+    from tuner.trials.study import open_study
 
     truth = {2048: 100.0, 4096: 90.0, 8192: 50.0}
     measured: list[int] = []
@@ -124,7 +124,7 @@ def test_a_race_spends_its_launches_only_on_the_tied_configs(tmp_path: Path) -> 
 def test_a_revalidation_states_the_mean_the_pick_uses() -> None:
     """The issue-23 case: the trial's own run disturbed (2.5 tok/s), three quiet re-runs: the
     revalidation's mean leaves it out, as the pick and the noise floor do."""
-    from tuner.validate import Revalidation
+    from tuner.orchestration.validate import Revalidation
 
     r = Revalidation(trial=0, original=(2.5, 1024.0), runs=((50.7, 1024.0), (47.1, 1024.0), (54.4, 1024.0)), failures=())
     assert r.mean == pytest.approx(((50.7 + 47.1 + 54.4) / 3, 1024.0))

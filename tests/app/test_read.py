@@ -49,7 +49,7 @@ def test_a_command_reads_its_study_once(
 
 
 def test_the_record_holds_what_the_commands_compute_from(reads: collections.Counter[str]) -> None:
-    from tuner.pick import candidates, describe_noise, pick
+    from tuner.results.pick import candidates, describe_noise, pick
 
     record = read_record("h200-vllm-goodput", "sqlite:///study.db")
     assert record.name == "h200-vllm-goodput" and len(record.trials) == 9

@@ -10,7 +10,7 @@ import yaml
 
 from tests.conftest import tiny_space
 from tuner.app.run import configure, max_parallel, plan_lines
-from tuner.exceptions import ConfigError
+from tuner.base.exceptions import ConfigError
 
 
 def _space(tmp_path: Path, **hardware: object) -> str:

@@ -154,7 +154,7 @@ def test_a_benchmark_stopped_by_sigterm_leaves_no_server(tmp_path: Path, llama_s
     import subprocess
     import time
 
-    from tuner.ledger import descendants
+    from tuner.host.ledger import descendants
 
     log = tmp_path / "bench.log"
     bench = subprocess.Popen(

@@ -12,8 +12,8 @@ from optuna.trial import TrialState
 from tests.conftest import FIXTURES
 from tests.gpu.checks import check_tune, load
 from tuner import engines
-from tuner.export import build_export
-from tuner.pick import pick
+from tuner.results.export import build_export
+from tuner.results.pick import pick
 from tuner.space import SearchSpace
 
 GPU = FIXTURES / "gpu"
@@ -148,7 +148,7 @@ def test_real_h200_tune_has_power_and_energy_per_level(tmp_path: Path) -> None:
     level; tokens per joule is the window's output tokens over its energy; the report shows them."""
     import optuna
 
-    from tuner.report import build_report
+    from tuner.results.report import build_report
 
     shutil.copytree(GPU / "h200-energy", tmp_path / "e")
     study = optuna.load_study(study_name="h200-energy", storage=f"sqlite:///{tmp_path / 'e' / 'study.db'}")

@@ -140,7 +140,7 @@ def test_reconcile_flags_disagreement() -> None:
 
 
 def test_unknown_engine_lists_known() -> None:
-    from tuner.exceptions import ConfigError
+    from tuner.base.exceptions import ConfigError
 
     with pytest.raises(ConfigError, match=r"'tgi' is not registered; available: \['llamacpp', 'sglang', 'vllm'\]"):
         engines.get("tgi")

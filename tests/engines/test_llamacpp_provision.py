@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tuner.base.exceptions import ProvisionError
 from tuner.engines import llamacpp_provision as provision
-from tuner.exceptions import ProvisionError
 
 
 @pytest.fixture()
@@ -89,7 +89,7 @@ def test_an_interrupted_build_leaves_no_process_behind(tmp_path: Path) -> None:
     import sys
     import time
 
-    from tuner import procfs
+    from tuner.host import procfs
 
     job = tmp_path / "job.pid"
     build = (

@@ -137,7 +137,7 @@ def serve(
 def running(*flags: str, core: int | None = None, first_port: int = 33000) -> Iterator[tuple[str, int]]:
     """This server in a process and session of its own (on ``core`` when given, ``flags`` as on
     its command line), once /health answers: (its URL, its pid); its group is ended afterwards."""
-    from tuner.partitions import free_port
+    from tuner.host.partitions import free_port
 
     port = free_port("127.0.0.1", first_port, 200)
     pin = ["taskset", "--cpu-list", str(core)] if core is not None else []

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tuner.base.records import Capacity
 from tuner.probes import _drain
 from tuner.probes._base import ServerHandle
 from tuner.probes._drain import drain
-from tuner.records import Capacity
 
 SOURCE = ("/metrics", ("sglang:num_running_reqs", "sglang:num_queue_reqs"))
 

@@ -9,12 +9,12 @@ import pytest
 
 from tests.conftest import handle, llama_server_process, tiny_space
 from tuner.app.prepare import validate
+from tuner.base.records import ProbeResult
+from tuner.base.stats import batch_means, percentiles, t975
 from tuner.probes import LoadProbe
 from tuner.probes._prompts import PromptMaker, Vocabulary
 from tuner.probes.load import RequestRecord, per_gpu, summarize
-from tuner.records import ProbeResult
 from tuner.space import LoadProbeSpec
-from tuner.stats import batch_means, percentiles, t975
 
 
 def test_percentiles_interpolate_like_numpy() -> None:
@@ -99,8 +99,8 @@ def test_requests_still_waiting_for_a_first_token_bound_the_ttft_p99_from_below(
 
 
 def test_the_open_loop_sends_at_most_twice_what_the_engine_runs_at_once() -> None:
+    from tuner.base.records import Capacity
     from tuner.probes.load import in_flight_cap
-    from tuner.records import Capacity
 
     assert in_flight_cap(Capacity(kv_tokens=2048, max_running_requests=2), 72) == 2 * 2 + 8  # 2 llama.cpp slots
     assert in_flight_cap(Capacity(kv_tokens=167_136), 640) == 2 * 261 + 8  # vLLM: what the KV pool holds
@@ -197,7 +197,7 @@ def test_dataset_prompts_cycle_each_with_a_fresh_nonce(tmp_path: Path) -> None:
 
 
 def test_missing_dataset_is_a_space_error() -> None:
-    from tuner.exceptions import SpaceError
+    from tuner.base.exceptions import SpaceError
 
     raw = tiny_space()
     raw["probes"]["load"]["dataset"] = "/nope.jsonl"

@@ -19,12 +19,12 @@ import pytest
 
 from tests.conftest import assert_group_gone, handle, llama_server_process
 from tests.fault.sse_server import running
+from tuner.base.records import Capacity
 from tuner.probes import LoadProbe, ServerHandle
 from tuner.probes._senders import CEILING, Senders, arrival_offsets, senders_for
 from tuner.probes._stream import RequestRecord
 from tuner.probes.load import DELIVERED_MIN, SEND_LAG_MAX, client_verdict, open_loop_figures, summarize
 from tuner.probes.slo import search_rate
-from tuner.records import Capacity
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +208,7 @@ def test_senders_end_when_the_process_that_started_them_is_killed(tmp_path: Path
     its command pipe close, stops its requests and exits."""
     import signal
 
-    from tuner import procfs
+    from tuner.host import procfs
 
     script = tmp_path / "parent.py"
     script.write_text(
@@ -253,7 +253,7 @@ def test_the_achieved_rate_is_what_the_server_counted_also_from_a_saturated_send
     """A request counts as sent when its bytes are written, not when its task is created: below one
     core's ceiling and at three times it (one sender, its event loop saturated), the level's
     achieved rate is within 3 % of the arrivals the server itself counted in the same window."""
-    from tuner.trial import pinned
+    from tuner.serving.trial import pinned
 
     cores = sorted(os.sched_getaffinity(0))
     for rate in (0.5 * CEILING.headroom * CEILING.rate(64), 3 * CEILING.rate(64)):

@@ -9,9 +9,9 @@ import pytest
 
 from tests.conftest import handle, llama_server_process, worker_port
 from tests.fault.sse_server import serve
-from tuner.partitions import free_port
+from tuner.base.records import Capacity
+from tuner.host.partitions import free_port
 from tuner.probes import LoadProbe, OverloadProbe, ServerHandle
-from tuner.records import Capacity
 from tuner.space import LoadProbeSpec, OverloadProbeSpec
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import handle, llama_server_process
-from tuner.exceptions import ProbeError
+from tuner.base.exceptions import ProbeError
 from tuner.probes import RecallProbe
 from tuner.probes.recall import ladder
 from tuner.space import RecallProbeSpec

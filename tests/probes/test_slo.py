@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import handle, llama_server_process
+from tuner.base.records import ProbeResult
 from tuner.probes import LoadProbe, SloProbe
 from tuner.probes._drain import drain
 from tuner.probes.slo import search, search_rate
-from tuner.records import ProbeResult
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.2)
@@ -152,7 +152,7 @@ def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path
     import optuna
 
     from tests.conftest import ROOT
-    from tuner.pick import pick
+    from tuner.results.pick import pick
 
     data = ROOT / "docs" / "data" / "goodput"
     shutil.copy(data / "h200-vllm-goodput.db", tmp_path / "s.db")

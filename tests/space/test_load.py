@@ -12,7 +12,7 @@ import yaml
 from tests.conftest import ROOT, tiny_space
 from tuner import engines
 from tuner.app import prepare
-from tuner.exceptions import ConfigError, SpaceError
+from tuner.base.exceptions import ConfigError, SpaceError
 
 
 def _mutate(path: str, value: object) -> dict:
@@ -163,7 +163,7 @@ def test_h200_spaces_validate_with_their_model_dir(name: str, tmp_path: Path) ->
 def test_the_x2_space_mixes_tp_sizes_that_pack_both_gpus(tmp_path: Path) -> None:
     """tp 1 and tp 2 trials on 2 GPUs (issue 14's lent-kind part): two tp-1 trials side by side,
     a tp-2 trial waits for both, first fit."""
-    from tuner.partitions import PartitionPool, trial_size
+    from tuner.host.partitions import PartitionPool, trial_size
 
     raw = yaml.safe_load((ROOT / "search_spaces" / "h200-x2-tp.yaml").read_text())
     raw["model"]["path"] = str(tmp_path)

@@ -9,8 +9,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.evidence import DISTANCE, Evidence
-from tuner.exceptions import (
+from tuner.base.evidence import DISTANCE, Evidence
+from tuner.base.exceptions import (
     ConfigError,
     CrashedUnderLoad,
     InfrastructureError,

@@ -317,7 +317,7 @@ def test_the_study_knows_its_workload_by_content_and_every_view_says_it(tmp_path
 
     from tests.conftest import ROOT, tiny_space
     from tuner.app.prepare import validate
-    from tuner.study import space_fingerprint
+    from tuner.trials.study import space_fingerprint
 
     for folder in ("a", "b", "c"):
         (tmp_path / folder).mkdir()

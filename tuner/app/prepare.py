@@ -10,8 +10,8 @@ import yaml
 from pydantic import ValidationError
 
 from tuner import engines, objectives
+from tuner.base.exceptions import ConfigError, SpaceError
 from tuner.data import shipped
-from tuner.exceptions import ConfigError, SpaceError
 from tuner.space import SearchSpace, parse_constraint
 from tuner.workload import AgenticClass, TraceClass, WorkloadSpec
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import optuna
 
-from tuner.artifacts import RunDir
-from tuner.credentials import mask
-from tuner.exceptions import ConfigError
+from tuner.base.artifacts import RunDir
+from tuner.base.credentials import mask
+from tuner.base.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
 from tuner.trials import Studied, StudyRecord, connect, record_of

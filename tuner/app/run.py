@@ -15,30 +15,31 @@ from typing import Any
 
 import optuna
 
-from tuner import engines, objectives, telemetry
+from tuner import engines, objectives
 from tuner.app import prepare
-from tuner.artifacts import RunDir
-from tuner.confirm import MARGIN_S, answer_of, confirm
-from tuner.confirmed import describe as describe_confirmation
-from tuner.confirmed import describe_answer
-from tuner.credentials import mask
-from tuner.deadline import FIRST_ANSWER, Deadline
-from tuner.devices import GpuHygiene
-from tuner.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
-from tuner.dryrun import dry_run, end_launches, expected_line, launch_seconds
-from tuner.exceptions import ConfigError
-from tuner.executors import Executor, InlineExecutor, RayExecutor
-from tuner.ledger import Ledger
-from tuner.lock import StudyLock
-from tuner.partitions import Partition, make_partitions
-from tuner.pick import candidates, pareto_front, pick, signs
-from tuner.scheduler import Scheduler
-from tuner.screen import screen_for
+from tuner.base.artifacts import RunDir
+from tuner.base.credentials import mask
+from tuner.base.exceptions import ConfigError
+from tuner.base.units import format_duration, parse_duration
+from tuner.host import telemetry
+from tuner.host.devices import GpuHygiene
+from tuner.host.ledger import Ledger
+from tuner.host.partitions import Partition, make_partitions
+from tuner.launching.executors import Executor, InlineExecutor, RayExecutor
+from tuner.launching.scheduler import Scheduler
+from tuner.orchestration.confirm import MARGIN_S, answer_of, confirm
+from tuner.orchestration.deadline import FIRST_ANSWER, Deadline
+from tuner.orchestration.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
+from tuner.orchestration.dryrun import dry_run, end_launches, expected_line, launch_seconds
+from tuner.orchestration.validate import measure_reference, race, revalidate
+from tuner.results.confirmation import describe as describe_confirmation
+from tuner.results.confirmation import describe_answer
+from tuner.results.pick import candidates, pareto_front, pick, signs
+from tuner.results.screen import screen_for
 from tuner.space import RemeasureSpec, SearchSpace
-from tuner.study import open_study
 from tuner.trials import StudyRecord, read_study
-from tuner.units import format_duration, parse_duration
-from tuner.validate import measure_reference, race, revalidate
+from tuner.trials.lock import StudyLock
+from tuner.trials.study import open_study
 
 __all__ = ["RunConfig", "RunEvents", "RunResult", "configure", "plan_lines", "run_study"]
 
@@ -187,7 +188,7 @@ def _run_locked(config: RunConfig, study: optuna.Study, run_dir: RunDir, lock: S
         run_dir,
         runner,
         ledger=ledger,
-        # on a cluster each trial checks its own node's GPUs (tuner.executors); NVML here sees only this host
+        # on a cluster each trial checks its own node's GPUs (tuner.launching.executors); NVML here sees only this host
         hygiene=GpuHygiene(space.hardware.devices) if space.hardware.kind == "gpu" and config.ray_address is None else None,
         screen=screen_for(space.engine) if config.screen and space.sampler.screen else None,
         trials=config.trials,

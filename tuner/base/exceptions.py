@@ -18,7 +18,7 @@ Everything below the driver raises; exactly one function
     ├── TeardownError               a process of the server's group outlived the teardown
     └── InfrastructureError         not the config's fault: disk, Ray, lost worker (trial FAIL, retried)
 
-Errors that concern a launched server carry an :class:`~tuner.evidence.Evidence`.
+Errors that concern a launched server carry an :class:`~tuner.base.evidence.Evidence`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tuner.evidence import Evidence
+    from tuner.base.evidence import Evidence
 
 __all__ = [
     "ConfigError",
@@ -130,7 +130,7 @@ class ProbeError(_WithEvidence):
 
     def __init__(self, message: str, *, evidence: Evidence | None = None) -> None:
         if evidence is None:
-            from tuner.evidence import Evidence
+            from tuner.base.evidence import Evidence
 
             evidence = Evidence(argv=(), elapsed_s=0.0, signature="probe_error", reason=message)
         super().__init__(message, evidence=evidence)

@@ -10,7 +10,7 @@ import traceback
 
 import typer
 
-from tuner.server import end_servers_on_sigterm
+from tuner.serving.server import end_servers_on_sigterm
 
 try:  # Typer >= 0.20 vendors Click and raises its own copies of Click's exceptions
     click_errors = importlib.import_module("typer._click.exceptions")
@@ -18,10 +18,10 @@ except ImportError:  # pragma: no cover - older Typer on top of Click
     click_errors = importlib.import_module("click.exceptions")
 
 from tuner.app.read import storage_error_text
+from tuner.base.credentials import mask
+from tuner.base.exceptions import ConfigError, ProvisionError, TunerError
 from tuner.cli import _compare, _diagnose, _engines, _export, _limits, _pareto, _report, _run, _status, _validate, _workload
 from tuner.cli._common import set_verbosity
-from tuner.credentials import mask
-from tuner.exceptions import ConfigError, ProvisionError, TunerError
 
 __all__ = ["app", "main"]
 

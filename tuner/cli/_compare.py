@@ -5,11 +5,11 @@ from __future__ import annotations
 import typer
 
 from tuner.app.read import open_existing, stored_objective_set, stored_space
-from tuner.artifacts import RunDir
+from tuner.base.artifacts import RunDir
+from tuner.base.exceptions import ConfigError
 from tuner.cli._common import echo
-from tuner.compare import compare as compare_picks
-from tuner.exceptions import ConfigError
-from tuner.executors import InlineExecutor
+from tuner.launching.executors import InlineExecutor
+from tuner.orchestration.compare import compare as compare_picks
 
 
 def compare(

@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 
 from tuner import engines
+from tuner.base.exceptions import ConfigError
 from tuner.cli._common import echo
-from tuner.exceptions import ConfigError
 
 
 def diagnose(

@@ -7,12 +7,12 @@ from pathlib import Path
 import typer
 
 from tuner.app.read import open_existing, read_record, run_dir_of, stored_space
+from tuner.base.exceptions import ConfigError
 from tuner.cli._common import echo
-from tuner.confirmed import uncorrected_failure
-from tuner.exceptions import ConfigError
-from tuner.export import FORMATS, build_export
-from tuner.pick import pick
-from tuner.table import trials_frame
+from tuner.results.confirmation import uncorrected_failure
+from tuner.results.export import FORMATS, build_export
+from tuner.results.pick import pick
+from tuner.results.table import trials_frame
 
 
 def export(

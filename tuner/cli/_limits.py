@@ -10,9 +10,9 @@ import typer
 
 from tuner import engines
 from tuner.app.read import open_existing, stored_space
+from tuner.base.exceptions import ConfigError
 from tuner.cli._common import echo
-from tuner.exceptions import ConfigError
-from tuner.limits import Limits, default_contexts, for_trial, from_config
+from tuner.results.limits import Limits, default_contexts, for_trial, from_config
 from tuner.trials import read_trials
 
 

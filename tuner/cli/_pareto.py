@@ -8,12 +8,12 @@ import typer
 from optuna.trial import TrialState
 
 from tuner.app.read import read_record
+from tuner.base.exceptions import ConfigError
+from tuner.base.metrics import LOAD_OUTPUT_TOK_S
 from tuner.cli._common import echo
-from tuner.exceptions import ConfigError
-from tuner.metrics import LOAD_OUTPUT_TOK_S
-from tuner.pareto import fronts
-from tuner.pick import context_metric, objective_metrics, pick, role_index
-from tuner.plots import front_html, front_png
+from tuner.results.pareto import fronts
+from tuner.results.pick import context_metric, objective_metrics, pick, role_index
+from tuner.results.plots import front_html, front_png
 from tuner.trials import StudyRecord
 
 

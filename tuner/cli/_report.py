@@ -8,7 +8,7 @@ import typer
 
 from tuner.app.read import read_record, run_dir_of, stored_space
 from tuner.cli._common import echo
-from tuner.report import build_report
+from tuner.results.report import build_report
 
 
 def report(

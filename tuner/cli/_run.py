@@ -13,13 +13,13 @@ import typer
 
 from tuner import engines
 from tuner.app.run import RunEvents, configure, plan_lines, run_study
+from tuner.base.progress import describe
+from tuner.base.units import format_duration
 from tuner.cli._common import echo, progress_bar, set_verbosity, terminal_width
 from tuner.cli._status import print_table
-from tuner.driver import TrialReport
-from tuner.partitions import Partition
-from tuner.progress import describe
-from tuner.table import format_param
-from tuner.units import format_duration
+from tuner.host.partitions import Partition
+from tuner.orchestration.driver import TrialReport
+from tuner.results.table import format_param
 
 T = TypeVar("T")
 

@@ -9,12 +9,7 @@ import optuna
 import typer
 
 from tuner.app.read import read_record
-from tuner.cli._common import echo, echo_wide, terminal_width
-from tuner.confirmed import corrected
-from tuner.confirmed import describe as describe_confirmation
-from tuner.gain import gains
-from tuner.lock import stale_running
-from tuner.metrics import (
+from tuner.base.metrics import (
     SLO_ACHIEVED_OVER_OFFERED,
     SLO_COMPLETION_RATE,
     SLO_CONCURRENCY,
@@ -24,11 +19,16 @@ from tuner.metrics import (
     SLO_RATE_CLIENT_BOUND,
     SLO_RATE_VIOLATED,
 )
-from tuner.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
-from tuner.screen import describe_screen, screen_for
+from tuner.cli._common import echo, echo_wide, terminal_width
+from tuner.results.confirmation import corrected
+from tuner.results.confirmation import describe as describe_confirmation
+from tuner.results.gain import gains
+from tuner.results.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
+from tuner.results.screen import describe_screen, screen_for
+from tuner.results.table import summary_rows
 from tuner.space import SearchSpace
-from tuner.table import summary_rows
 from tuner.trials import StudyRecord, record_of
+from tuner.trials.lock import stale_running
 
 
 def status(

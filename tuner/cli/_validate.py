@@ -1,5 +1,5 @@
 """`tune validate`: re-run the top configs on fresh servers; the pick then uses mean values.
-With ``--confirm``: run the pick once, long, at its SLO answer instead (tuner.confirm)."""
+With ``--confirm``: run the pick once, long, at its SLO answer instead (tuner.orchestration.confirm)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,20 @@ import optuna
 import typer
 
 from tuner.app.read import open_existing, stored_objective_set, stored_space
-from tuner.artifacts import RunDir
+from tuner.base.artifacts import RunDir
+from tuner.base.exceptions import ConfigError
+from tuner.base.units import format_duration, parse_duration
 from tuner.cli._common import echo
-from tuner.confirm import Confirmation, answer_of
-from tuner.confirm import confirm as confirm_pick
-from tuner.confirmed import describe as describe_confirmation
-from tuner.confirmed import describe_answer
-from tuner.exceptions import ConfigError
-from tuner.executors import InlineExecutor
-from tuner.lock import StudyLock
+from tuner.launching.executors import InlineExecutor
 from tuner.objectives import ObjectiveSet
-from tuner.pick import objective_metrics, pick
+from tuner.orchestration.confirm import Confirmation, answer_of
+from tuner.orchestration.confirm import confirm as confirm_pick
+from tuner.orchestration.validate import Revalidation, revalidate
+from tuner.results.confirmation import describe as describe_confirmation
+from tuner.results.confirmation import describe_answer
+from tuner.results.pick import objective_metrics, pick
 from tuner.space import SearchSpace
-from tuner.units import format_duration, parse_duration
-from tuner.validate import Revalidation, revalidate
+from tuner.trials.lock import StudyLock
 
 
 def validate(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from tuner.base.exceptions import ConfigError
 from tuner.engines._base import Command, EngineAdapter, FreshSpread, render_flag
 from tuner.engines._openai import counter_total
 from tuner.engines._signatures import DISTANCE, Category, Signature, SignatureMatch, classify, first_fatal, raised_exception
-from tuner.exceptions import ConfigError
 
 __all__ = [
     "DISTANCE",

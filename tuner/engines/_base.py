@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tuner.engines._signatures import Signature, SignatureMatch, classify
-from tuner.memory import MemoryModel
+from tuner.engines.memory import MemoryModel
 
 if TYPE_CHECKING:
     import httpx
 
-    from tuner.partitions import Partition
-    from tuner.records import Capacity
+    from tuner.base.records import Capacity
+    from tuner.host.partitions import Partition
     from tuner.space import SearchSpace
 
 __all__ = ["Command", "EngineAdapter", "hub_or_local_problem", "render_flag"]
@@ -147,7 +147,7 @@ class EngineAdapter(ABC):
     context_slack: ClassVar[int] = 0
     # (log regex, phase label) the engine prints while it starts, for the live status line
     startup_phases: ClassVar[tuple[tuple[str, str], ...]] = ()
-    # what the engine spends memory on, for the pre-screen (tuner.screen); None: never predict
+    # what the engine spends memory on, for the pre-screen (tuner.results.screen); None: never predict
     memory: ClassVar[MemoryModel | None] = None
     graphs_off_flags: ClassVar[tuple[str, ...]] = ()  # flags that serve without CUDA graphs (a load-time warning)
     listen_flags: ClassVar[tuple[str, ...]] = (
@@ -157,7 +157,7 @@ class EngineAdapter(ABC):
     typical_start_s: ClassVar[float] = 60.0  # a start as measured here: the dry run's estimate of a night
     typical_install_s: ClassVar[float] = 0.0  # what provision() takes where the engine is missing (a build)
     # per hardware kind: the relative SD of a load figure between fresh servers of one config, as
-    # measured here (the prior a study uses until it measures its own floor: tuner.noise)
+    # measured here (the prior a study uses until it measures its own floor: tuner.results.noise)
     fresh_server_spread: ClassVar[Mapping[str, FreshSpread]] = {}
 
     @abstractmethod
@@ -260,7 +260,7 @@ class EngineAdapter(ABC):
         """Capacity in the engine's own words; endpoints are skipped when ``client`` is None."""
 
     def configured_limits(self, flags: Mapping[str, Any]) -> dict[str, int | None]:
-        """Limits the flags set, named as :class:`tuner.limits.Limits` fields (engine defaults
+        """Limits the flags set, named as :class:`tuner.results.limits.Limits` fields (engine defaults
         filled in where the engine has one). ``max_queued_requests`` None means unbounded."""
         return {}
 

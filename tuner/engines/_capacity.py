@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tuner.records import Capacity
+from tuner.base.records import Capacity
 
 __all__ = ["last_int", "reconcile", "to_int"]
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.evidence import DISTANCE, Category, LogLine  # a grade's detail and the kinds: plain data, below the engines
+from tuner.base.evidence import DISTANCE, Category, LogLine  # a grade's detail and the kinds: plain data, below the engines
 
 __all__ = ["DISTANCE", "Category", "Signature", "SignatureMatch", "classify", "first_fatal", "raised_exception", "words_category"]
 

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
+from tuner.base.exceptions import ProvisionError
+from tuner.base.records import Capacity
 from tuner.engines import llamacpp_provision as provision
 from tuner.engines._base import EngineAdapter, FreshSpread
 from tuner.engines._capacity import last_int, reconcile
 from tuner.engines._signatures import Category, Signature
-from tuner.exceptions import ProvisionError
-from tuner.memory import Axis, MemoryModel, number
-from tuner.records import Capacity
+from tuner.engines.memory import Axis, MemoryModel, number
 
 if TYPE_CHECKING:
     pass

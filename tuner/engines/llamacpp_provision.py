@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tuner.exceptions import ProvisionError
-from tuner.processes import terminate_group
+from tuner.base.exceptions import ProvisionError
+from tuner.host.processes import terminate_group
 
 __all__ = [
     "LLAMA_CPP_PYTHON_VERSION",

@@ -1,4 +1,4 @@
-"""What an engine spends memory on, as the pre-screen (tuner.screen) compares configs by it.
+"""What an engine spends memory on, as the pre-screen (tuner.results.screen) compares configs by it.
 
 Each engine adapter declares one :class:`MemoryModel`: the knobs that give memory (``room``: a
 larger GPU memory fraction leaves more for the KV cache), the ones that spend it (``needs``: a

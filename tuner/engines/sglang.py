@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 
 import httpx
 
+from tuner.base.records import Capacity
 from tuner.engines._base import EngineAdapter, FreshSpread, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._signatures import DISTANCE, Category, Signature
-from tuner.memory import MemoryModel, kv_bytes, number
-from tuner.records import Capacity
+from tuner.engines.memory import MemoryModel, kv_bytes, number
 
 __all__ = ["SglangAdapter"]
 

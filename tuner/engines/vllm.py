@@ -12,12 +12,12 @@ from typing import Any, ClassVar
 
 import httpx
 
+from tuner.base.records import Capacity
 from tuner.engines._base import EngineAdapter, FreshSpread, hub_or_local_problem, package_version
 from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._openai import completion_works, metric_labels
 from tuner.engines._signatures import DISTANCE, Category, Signature
-from tuner.memory import MemoryModel, kv_bytes, number
-from tuner.records import Capacity
+from tuner.engines.memory import MemoryModel, kv_bytes, number
 
 __all__ = ["VllmAdapter"]
 

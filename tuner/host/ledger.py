@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tuner import procfs
-from tuner.processes import terminate_group, terminate_pid
+from tuner.host import procfs
+from tuner.host.processes import terminate_group, terminate_pid
 
 __all__ = ["Entry", "Ledger", "descendants", "start_ticks"]
 

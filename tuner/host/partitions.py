@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from tuner.cores import device_cores, split_server_client
-from tuner.exceptions import InfrastructureError
+from tuner.base.exceptions import InfrastructureError
+from tuner.host.cores import device_cores, split_server_client
 
 __all__ = ["Partition", "PartitionPool", "free_port", "make_partitions", "trial_size"]
 

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from tuner import procfs
+from tuner.host import procfs
 
 __all__ = ["group_members", "terminate_group", "terminate_pid"]
 

@@ -27,7 +27,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
-from tuner.stats import percentiles
+from tuner.base.stats import percentiles
 
 __all__ = ["LEVEL_METRICS", "Sample", "Telemetry", "for_partition", "level_metrics", "summarize_levels"]
 

@@ -1,1 +1,2 @@
-"""Launching: run a config somewhere (partitions of this host or a Ray cluster), one run per study, nothing left behind."""
+"""Launching: run a config somewhere (a partition of this host or of a Ray cluster), with the same
+hygiene every time, and leave nothing behind."""

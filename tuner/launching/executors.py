@@ -1,4 +1,4 @@
-"""Executors run :func:`tuner.trial.run_trial` on a partition and hand back futures.
+"""Executors run :func:`tuner.serving.trial.run_trial` on a partition and hand back futures.
 
 - :class:`RayExecutor` (default): each trial is a Ray task holding its partition's devices as
   custom resources (``tuner_device_<id>``) on a local Ray started and stopped here (dashboard
@@ -27,13 +27,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
 
-from tuner.artifacts import write_json
-from tuner.exceptions import InfrastructureError
-from tuner.ledger import Ledger
-from tuner.partitions import Partition
-from tuner.records import TrialOutcome
+from tuner.base.artifacts import write_json
+from tuner.base.exceptions import InfrastructureError
+from tuner.base.records import TrialOutcome
+from tuner.host.ledger import Ledger
+from tuner.host.partitions import Partition
+from tuner.serving.trial import run_trial
 from tuner.space import SearchSpace
-from tuner.trial import run_trial
 
 __all__ = ["Executor", "InlineExecutor", "RayExecutor", "leftovers", "write_back"]
 
@@ -149,8 +149,8 @@ def _refuse_held(partition: Partition) -> None:
     """GPU hygiene on the node that runs the trial: a foreign holder of its GPUs is named."""
     if partition.kind != "gpu":
         return
-    from tuner.devices import GpuHygiene
-    from tuner.exceptions import InfrastructureError
+    from tuner.base.exceptions import InfrastructureError
+    from tuner.host.devices import GpuHygiene
 
     hygiene = GpuHygiene(list(partition.devices))
     if hygiene.available and (holders := hygiene.held(partition.devices)):
@@ -266,7 +266,7 @@ class RayExecutor:
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         self._by_device = self._local or all(f"tuner_device_{d}" in resources for d in devices)
         self.node_key = None if self._local else (node_key or "default")
-        # trial number -> files its node kept (see tuner.driver.fail_interrupted)
+        # trial number -> files its node kept (see tuner.orchestration.driver.fail_interrupted)
         self._kept: dict[int, dict[str, bytes]] = {}
         self.leftovers: dict[int, dict[str, bytes]] | None = self._kept
         self.recovered = self.sweep_nodes() if self.node_key else []
@@ -354,6 +354,6 @@ def write_back(trial_dir: Path, files: dict[str, bytes]) -> None:
 
 
 def _infrastructure(exc: BaseException) -> BaseException:
-    from tuner.exceptions import InfrastructureError
+    from tuner.base.exceptions import InfrastructureError
 
     return InfrastructureError(f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")

@@ -1,5 +1,6 @@
 """Launching servers on partitions, with the same hygiene for every launch: the search's trials
-(:class:`tuner.driver.Driver`) and the re-measurements on fresh servers (:func:`tuner.validate.remeasure`).
+(:class:`tuner.orchestration.driver.Driver`) and the re-measurements on fresh servers
+(:func:`tuner.orchestration.validate.remeasure`).
 
 - a partition whose GPUs some process holds before the launch is refused and quarantined;
 - a job past its time limit is cancelled (forced) and what the ledger holds of it is stopped;
@@ -17,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.devices import GpuHygiene
-from tuner.executors import Executor
-from tuner.ledger import Ledger
-from tuner.partitions import Partition, PartitionPool, trial_size
-from tuner.records import TrialOutcome
+from tuner.base.records import TrialOutcome
+from tuner.host.devices import GpuHygiene
+from tuner.host.ledger import Ledger
+from tuner.host.partitions import Partition, PartitionPool, trial_size
+from tuner.launching.executors import Executor
 from tuner.space import SearchSpace
 
 __all__ = ["Job", "Scheduler"]

@@ -1,6 +1,6 @@
 """Objectives: named sets of metrics with directions, plus constraints, from ``objectives/*.yaml``.
 
-A metric is ``<probe>.<name>`` as a :class:`~tuner.records.TrialOutcome` reports it, e.g.
+A metric is ``<probe>.<name>`` as a :class:`~tuner.base.records.TrialOutcome` reports it, e.g.
 ``load.output_tok_s@32`` or ``recall.effective_context``. Constraints are ``<metric> <op> <number>``
 and reach Optuna as constraint values (<= 0 feasible), so the sampler learns them.
 """
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tuner.base.exceptions import ConfigError
+from tuner.base.metrics import CAPACITY_CONTEXT_PER_REQUEST
 from tuner.data import shipped
-from tuner.exceptions import ConfigError
-from tuner.metrics import CAPACITY_CONTEXT_PER_REQUEST
 from tuner.space.schema import SloTargets
 
 if TYPE_CHECKING:
-    from tuner.records import TrialOutcome
+    from tuner.base.records import TrialOutcome
     from tuner.space import SearchSpace
 
 __all__ = ["CONFIGURED_CONTEXT", "Evaluation", "Objective", "ObjectiveSet", "available_metrics", "load", "role_of"]

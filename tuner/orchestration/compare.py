@@ -2,7 +2,7 @@
 servers, interleaved round by round (host drift hits all alike), in one run, with the noise floor
 those runs and the studies' own repeats give. Two runs of a tune that explored different configs
 can then say whether their winners differ or tie. A pick's run far outside its others (a disturbed
-measurement, :func:`~tuner.noise.set_aside`) is left out of its mean and the floor, as the
+measurement, :func:`~tuner.results.noise.set_aside`) is left out of its mean and the floor, as the
 re-validation and the pick leave it out. Nothing is written to the studies."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from itertools import combinations
 
 import optuna
 
-from tuner.artifacts import RunDir
-from tuner.exceptions import ConfigError
-from tuner.executors import Executor
-from tuner.noise import NoiseFloor, Outlier, differs, half_width, is_noisy, noise_floor, set_aside
+from tuner.base.artifacts import RunDir
+from tuner.base.exceptions import ConfigError
+from tuner.launching.executors import Executor
 from tuner.objectives import ObjectiveSet
-from tuner.pick import Candidate, objective_metrics, pick, repeated_runs
+from tuner.orchestration.validate import remeasure
+from tuner.results.noise import NoiseFloor, Outlier, differs, half_width, is_noisy, noise_floor, set_aside
+from tuner.results.pick import Candidate, objective_metrics, pick, repeated_runs
 from tuner.space import SearchSpace
-from tuner.validate import remeasure
 
 __all__ = ["Compared", "compare"]
 

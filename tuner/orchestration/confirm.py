@@ -9,7 +9,7 @@ beside the short probe's) is stored with the trial (``confirmed.<n>``); status, 
 and export mark a confirmed pick, and export says when it exports one that is not.
 
 A run that does not hold steps the load down (10 % a step) until one holds for the whole length,
-within ``steps`` and the time left (:mod:`tuner.probes.confirm`): the load that held is the
+within ``steps`` and the time left (:mod:`tuner.probes.long_run`): the load that held is the
 confirmed answer, stored beside the search's, and the study's reader shows the trial at it
 (:func:`tuner.trials.read_study`); an answer that did not hold and found none below stays the
 search's, marked, and export refuses it unless forced.
@@ -27,16 +27,16 @@ from typing import Any
 
 import optuna
 
-from tuner.artifacts import RunDir
-from tuner.confirmed import describe_answer
-from tuner.exceptions import ConfigError, TunerError, describe_failure
-from tuner.executors import Executor
-from tuner.ledger import Ledger
-from tuner.metrics import SLO_GOODPUT, SLO_GOODPUT_CI
-from tuner.pick import Candidate
-from tuner.probes.confirm import RUNS_FILE, step_below
-from tuner.records import TrialOutcome
-from tuner.scheduler import Scheduler
+from tuner.base.artifacts import RunDir
+from tuner.base.exceptions import ConfigError, TunerError, describe_failure
+from tuner.base.metrics import SLO_GOODPUT, SLO_GOODPUT_CI
+from tuner.base.records import TrialOutcome
+from tuner.host.ledger import Ledger
+from tuner.launching.executors import Executor
+from tuner.launching.scheduler import Scheduler
+from tuner.probes.long_run import RUNS_FILE, step_below
+from tuner.results.confirmation import describe_answer
+from tuner.results.pick import Candidate
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
 from tuner.trials import TrialRecord, save_confirmation
 

@@ -5,7 +5,7 @@ after a fixed number of trials.
 The search launches a trial only while it fits before the deadline, and, once the study has a
 first answer (:data:`FIRST_ANSWER` trials), while the fresh-server runs planned after the search
 fit after it too; each is taken at the longest trial this run has seen (before the first ends:
-the plan's estimate, :func:`tuner.dryrun.launch_seconds`). The reference run before the search is
+the plan's estimate, :func:`tuner.orchestration.dryrun.launch_seconds`). The reference run before the search is
 left out where it would leave no room for the first answer. A machine twice as slow runs fewer
 trials, and the run says how many the deadline allowed.
 """
@@ -16,7 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from tuner.units import format_duration
+from tuner.base.units import format_duration
 
 __all__ = ["FIRST_ANSWER", "Deadline"]
 

@@ -18,20 +18,20 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner.artifacts import RunDir, write_json
-from tuner.deadline import Deadline
-from tuner.devices import GpuHygiene
-from tuner.evidence import Evidence
-from tuner.exceptions import InfrastructureError, ScreenedOut, TrialTimeout, TunerError
-from tuner.executors import Executor
-from tuner.ledger import Ledger
+from tuner.base.artifacts import RunDir, write_json
+from tuner.base.evidence import Evidence
+from tuner.base.exceptions import InfrastructureError, ScreenedOut, TrialTimeout, TunerError
+from tuner.base.records import TrialOutcome
+from tuner.host.devices import GpuHygiene
+from tuner.host.ledger import Ledger
+from tuner.host.partitions import Partition
+from tuner.launching.executors import Executor
+from tuner.launching.scheduler import Job, Scheduler
 from tuner.objectives import Evaluation, ObjectiveSet
-from tuner.partitions import Partition
-from tuner.records import TrialOutcome
-from tuner.scheduler import Job, Scheduler
-from tuner.screen import Screen
+from tuner.orchestration.deadline import Deadline
+from tuner.results.screen import Screen
+from tuner.results.table import write_trials_csv
 from tuner.space import SearchSpace, suggest, violated_constraints
-from tuner.table import write_trials_csv
 from tuner.trials import TrialRecord, Verdict, enqueue, mark_launched, read_trials, requeue, running_trial, tell
 
 __all__ = ["PAUSED", "Driver", "TrialReport", "fail_interrupted", "record", "stop_orphans"]
@@ -124,7 +124,7 @@ def fail_interrupted(
     re-queued once, and the files they left (here, or on a cluster node: ``leftovers``) written into
     ``run_dir`` and kept in the study's artifact store first. Called only by the study's lease
     holder: a RUNNING trial then has no live driver."""
-    from tuner.executors import write_back
+    from tuner.launching.executors import write_back
 
     notes = []
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -172,7 +172,7 @@ class Driver:
         self.executor = executor
         self.trials = trials
         self.timeout = timeout
-        self.deadline = deadline  # the whole run's bound: launch only what fits (tuner.deadline)
+        self.deadline = deadline  # the whole run's bound: launch only what fits (tuner.orchestration.deadline)
         self.trial_timeout = trial_timeout
         self.on_trial = on_trial or (lambda report: None)
         self.on_tick = on_tick  # every TICK_S while trials run: (number, partition, trial dir) of each

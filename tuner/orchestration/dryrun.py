@@ -12,13 +12,13 @@ from pathlib import Path
 import optuna
 
 from tuner import engines
+from tuner.base.units import format_duration
+from tuner.host.partitions import Partition, PartitionPool, make_partitions, trial_size
 from tuner.objectives import ObjectiveSet
-from tuner.partitions import Partition, PartitionPool, make_partitions, trial_size
 from tuner.probes import CEILING, client_cores
 from tuner.space import SearchSpace, suggest, violated_constraints
-from tuner.study import make_sampler
 from tuner.trials import enqueue
-from tuner.units import format_duration
+from tuner.trials.study import make_sampler
 
 __all__ = ["dry_run", "estimate_line", "expected_line"]
 

@@ -12,7 +12,7 @@ on two fresh servers). So:
 
 Runs are stored in the study's user attributes (Optuna forbids changing finished trials):
 ``revalidated.<trial>`` = {values (mean), runs (the trial's own first, then the re-runs),
-failures}; ``noise`` = {reference, runs, labels, drift}. Picks use them (:mod:`tuner.pick`).
+failures}; ``noise`` = {reference, runs, labels, drift}. Picks use them (:mod:`tuner.results.pick`).
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner.artifacts import RunDir
-from tuner.exceptions import ConfigError, TunerError, describe_failure
-from tuner.executors import Executor
-from tuner.ledger import Ledger
-from tuner.metrics import LOAD_OUTPUT_TOK_S, SLO_CONCURRENCY, SLO_GOODPUT
-from tuner.noise import differs, is_noisy, kept, probe_cis
+from tuner.base.artifacts import RunDir
+from tuner.base.exceptions import ConfigError, TunerError, describe_failure
+from tuner.base.metrics import LOAD_OUTPUT_TOK_S, SLO_CONCURRENCY, SLO_GOODPUT
+from tuner.base.records import TrialOutcome
+from tuner.host.ledger import Ledger
+from tuner.launching.executors import Executor
+from tuner.launching.scheduler import Scheduler
 from tuner.objectives import ObjectiveSet
-from tuner.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
-from tuner.records import TrialOutcome
-from tuner.scheduler import Scheduler
+from tuner.results.noise import differs, is_noisy, kept, probe_cis
+from tuner.results.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
 from tuner.space import SearchSpace
 from tuner.trials import TrialRecord, read_study, read_trials, record_of, save_noise, save_revalidation
 
@@ -60,7 +60,7 @@ class Revalidation:
 
     @property
     def mean(self) -> tuple[float, ...]:
-        """Over the runs the pick counts: a disturbed one (:func:`~tuner.noise.set_aside`) left out,
+        """Over the runs the pick counts: a disturbed one (:func:`~tuner.results.noise.set_aside`) left out,
         so the revalidation and the pick state one number."""
         return tuple(statistics.fmean(col) for col in zip(*kept(self.all_runs), strict=True))
 
@@ -96,7 +96,7 @@ class _Item:
     within: list[dict[int, float]] = field(default_factory=list)  # each run's probe CI per objective index, where given
 
 
-# what a re-run keeps beside its objective values: the figures tuner.gain compares pick and baseline on
+# what a re-run keeps beside its objective values: the figures tuner.results.gain compares pick and baseline on
 RUN_METRICS = (SLO_GOODPUT, SLO_CONCURRENCY, LOAD_OUTPUT_TOK_S)
 
 
@@ -117,7 +117,7 @@ def remeasure(
 ) -> dict[str, _Item]:
     """Run each item ``repeats`` times on fresh servers, round by round, partitions in parallel.
 
-    Through the search's :class:`~tuner.scheduler.Scheduler` (``runner``; an executor gets one of
+    Through the search's :class:`~tuner.launching.scheduler.Scheduler` (``runner``; an executor gets one of
     its own): the same GPU hygiene, per-trial time limit and stop. A stop requested meanwhile
     stops the runs in flight and records them as failures."""
     scheduler = (

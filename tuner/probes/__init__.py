@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tuner.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, CAPACITY_MAX_RUNNING_REQUESTS
+from tuner.base.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, CAPACITY_MAX_RUNNING_REQUESTS
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import CEILING, Senders, client_cores
-from tuner.probes.confirm import ConfirmProbe
 from tuner.probes.load import LoadProbe
+from tuner.probes.long_run import ConfirmProbe
 from tuner.probes.overload import OverloadProbe
 from tuner.probes.recall import RecallProbe
 from tuner.probes.served import ServedContextProbe
@@ -60,8 +60,8 @@ def from_space(space: SearchSpace) -> list[Probe]:
 
 
 def metric_names(space: SearchSpace) -> set[str]:
+    from tuner.host.telemetry import LEVEL_METRICS
     from tuner.probes.load import PER_GPU
-    from tuner.telemetry import LEVEL_METRICS
 
     names = set(CAPACITY_METRICS)
     for probe in from_space(space):
@@ -69,7 +69,7 @@ def metric_names(space: SearchSpace) -> set[str]:
     if space.hardware.kind == "gpu":  # tuner.probes.load.per_gpu
         for probe in from_space(space):
             names |= {f"{probe.name}.{per}" for _, per in PER_GPU.get(probe.name, ())}
-    if space.probes.load is not None:  # sampled during the load levels (tuner.telemetry)
+    if space.probes.load is not None:  # sampled during the load levels (tuner.host.telemetry)
         names |= {f"telemetry.{m}" for m in LEVEL_METRICS}
         names |= {f"telemetry.{m}@{c}" for m in LEVEL_METRICS for c in space.probes.load.concurrency}
     return names

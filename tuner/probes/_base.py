@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tuner.records import Capacity, ProbeResult
+from tuner.base.records import Capacity, ProbeResult
 
 __all__ = ["Probe", "ServerHandle"]
 
@@ -37,7 +37,7 @@ class Probe(ABC):
 
     ``run`` returns a :class:`ProbeResult` whose metric names are exactly those
     ``metric_names`` announces for the same spec (objectives are validated against them),
-    or raises :class:`~tuner.exceptions.ProbeError` with evidence when it cannot measure.
+    or raises :class:`~tuner.base.exceptions.ProbeError` with evidence when it cannot measure.
     """
 
     name: ClassVar[str]

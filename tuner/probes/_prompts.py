@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tuner.exceptions import ProbeError
+from tuner.base.exceptions import ProbeError
 from tuner.probes._tokens import _WORDS, Tokenizer
 from tuner.workload import Segment, Session, Turn, Workload, poisson
 

@@ -34,10 +34,10 @@ from typing import Any
 
 import httpx
 
-from tuner.exceptions import ProbeError
+from tuner.base.exceptions import ProbeError
+from tuner.host.processes import terminate_group
 from tuner.probes._prompts import Source
 from tuner.probes._stream import RequestRecord, stop_clients, stream_request
-from tuner.processes import terminate_group
 from tuner.workload import MAX_TURNS, poisson
 
 __all__ = [

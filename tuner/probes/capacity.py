@@ -10,8 +10,8 @@ import logging
 
 import httpx
 
+from tuner.base.records import Capacity
 from tuner.engines import EngineAdapter
-from tuner.records import Capacity
 
 __all__ = ["read_capacity"]
 

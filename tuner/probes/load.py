@@ -23,7 +23,9 @@ from typing import Any
 
 import httpx
 
-from tuner import progress
+from tuner.base import progress
+from tuner.base.records import Capacity, ProbeResult
+from tuner.base.stats import Trend, batch_means, percentiles, trend
 from tuner.engines import counter_total
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._drain import drain
@@ -31,9 +33,7 @@ from tuner.probes._prompts import FixedSource, PromptMaker, Source, Vocabulary, 
 from tuner.probes._senders import CEILING, Plan, Senders, arrival_offsets, client_cores, senders_for, with_prompt
 from tuner.probes._stream import RequestRecord, stop_clients, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
-from tuner.records import Capacity, ProbeResult
 from tuner.space.schema import LoadProbeSpec
-from tuner.stats import Trend, batch_means, percentiles, trend
 from tuner.workload import Segment, Session, Turn, Workload
 
 __all__ = [
@@ -572,7 +572,7 @@ def open_loop_figures(
 
     ``growth``: how fast requests in the system (arrived, not ended: arrivals minus completions)
     grew over the window, per second, the least-squares trend of their batch means
-    (:func:`~tuner.stats.trend`), with its 95 % half-width ``growth_ci`` (a window shorter than 4
+    (:func:`~tuner.base.stats.trend`), with its 95 % half-width ``growth_ci`` (a window shorter than 4
     batches of 2 request lifetimes, or of fewer than :data:`GROWTH_MIN_ARRIVALS` arrivals: the
     count's change over the window, within twice the spread of two Poisson counts;
     ``growth_batches`` 0); ``backlog_growth`` the

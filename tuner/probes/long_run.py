@@ -29,11 +29,11 @@ from typing import Any
 
 import httpx
 
-from tuner import progress
+from tuner.base import progress
+from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
 from tuner.probes.load import LoadProbe, Window, client_verdict
-from tuner.records import ProbeResult
 from tuner.space.schema import ConfirmProbeSpec
 
 __all__ = ["RUNS_FILE", "ConfirmProbe", "drift", "kept_run", "loads", "run_verdict", "step_below", "verdict"]

@@ -13,13 +13,13 @@ from typing import Any
 
 import httpx
 
+from tuner.base.records import ProbeResult
+from tuner.base.stats import percentiles
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._stream import RequestRecord
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.probes.load import stream_request
-from tuner.records import ProbeResult
 from tuner.space.schema import OverloadProbeSpec
-from tuner.stats import percentiles
 
 __all__ = ["OverloadProbe"]
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import httpx
 
-from tuner import progress
-from tuner.exceptions import ProbeError
+from tuner.base import progress
+from tuner.base.exceptions import ProbeError
+from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._tokens import Tokenizer
-from tuner.records import ProbeResult
 from tuner.space.schema import RecallProbeSpec
 
 __all__ = ["RecallProbe", "ladder"]

@@ -17,13 +17,13 @@ import time
 
 import httpx
 
-from tuner import progress
-from tuner.exceptions import ProbeError
+from tuner.base import progress
+from tuner.base.exceptions import ProbeError
+from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
 from tuner.probes._stream import stream_request
 from tuner.probes._tokens import Tokenizer
-from tuner.records import ProbeResult
 from tuner.space.schema import ServedContextProbeSpec
 
 __all__ = ["ServedContextProbe"]

@@ -37,11 +37,11 @@ from typing import Any
 
 import httpx
 
-from tuner import progress
+from tuner.base import progress
+from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
 from tuner.probes.load import LoadProbe, Window, client_verdict
-from tuner.records import ProbeResult
 from tuner.space.schema import LoadProbeSpec, SloProbeSpec, SloTargets
 
 __all__ = ["SloProbe", "search", "search_rate"]

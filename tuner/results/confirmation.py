@@ -1,4 +1,4 @@
-"""What a stored confirmation run says (``confirmed.<n>``, written by tuner.confirm), as lines to show."""
+"""What a stored confirmation run says (``confirmed.<n>``, written by tuner.orchestration.confirm), as lines to show."""
 
 from __future__ import annotations
 

@@ -22,11 +22,11 @@ from typing import Any
 import yaml
 
 from tuner import engines
-from tuner.confirmed import corrected, describe_answer
+from tuner.base.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, LOAD_ERROR_RATE, LOAD_TTFT_P99
 from tuner.engines import Command
-from tuner.limits import Limits, default_contexts, for_trial
-from tuner.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, LOAD_ERROR_RATE, LOAD_TTFT_P99
-from tuner.pick import Candidate
+from tuner.results.confirmation import corrected, describe_answer
+from tuner.results.limits import Limits, default_contexts, for_trial
+from tuner.results.pick import Candidate
 from tuner.space import SearchSpace
 from tuner.trials import Studied, TrialRecord, record_of
 

@@ -2,8 +2,8 @@
 
 The baseline is the study's reference config (the space's first enqueued config: today's
 production config, or the engine's defaults the space wrote down), run at the start of the search,
-during it and, interleaved with the front candidates, at its end (:mod:`tuner.validate`). The
-pick is the knee every command names (:func:`tuner.pick.pick`). For each compared metric (the SLO
+during it and, interleaved with the front candidates, at its end (:mod:`tuner.orchestration.validate`). The
+pick is the knee every command names (:func:`tuner.results.pick.pick`). For each compared metric (the SLO
 goodput and the load probe's throughput, where the study measured them) the statement is the
 relative difference of the means over each config's runs (a disturbed run set aside) with its 95 %
 half-width, or "a tie" where the difference is inside the combined noise: the number a user takes
@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.exceptions import ConfigError
-from tuner.metrics import LOAD_OUTPUT_TOK_S, SLO_GOODPUT
-from tuner.noise import NoiseFloor, differs, half_width, is_noisy, set_aside
-from tuner.pick import Candidate, objective_metrics, pick, role_index, study_floor
+from tuner.base.exceptions import ConfigError
+from tuner.base.metrics import LOAD_OUTPUT_TOK_S, SLO_GOODPUT
+from tuner.results.noise import NoiseFloor, differs, half_width, is_noisy, set_aside
+from tuner.results.pick import Candidate, objective_metrics, pick, role_index, study_floor
 from tuner.trials import Studied, StudyRecord, TrialRecord, record_of
 
 __all__ = ["COMPARED", "Gain", "gains"]
@@ -111,7 +111,7 @@ def _hw(values: Sequence[float], floor: NoiseFloor) -> float:
 
 
 def _without_aside(runs: Sequence[Sequence[float]], metrics: Sequence[Mapping[str, float]]) -> list[Mapping[str, float]]:
-    """The runs' metrics without the run :func:`~tuner.noise.set_aside` names (judged on the first objective)."""
+    """The runs' metrics without the run :func:`~tuner.results.noise.set_aside` names (judged on the first objective)."""
     aside = set_aside(runs) if len(runs) == len(metrics) else None
     return [m for i, m in enumerate(metrics) if aside is None or i != aside.index]
 

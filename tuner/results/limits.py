@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tuner.metrics import (
+from tuner.base.metrics import (
     RECALL_EFFECTIVE_CONTEXT,
     SERVED_CONTEXT,
     SLO_CONCURRENCY,
@@ -163,7 +163,7 @@ _MEASURED = (
 def for_trial(configured: dict[str, int | None], trial: TrialRecord) -> Limits:
     """A stored trial's limits: its configured flags, what its engine reported (its capacity)
     and the contexts its probes verified (recall) and served (side by side)."""
-    from tuner.records import Capacity
+    from tuner.base.records import Capacity
 
     metrics = trial.metrics
     checked: dict[str, Any] = {field_: int(metrics[metric]) for field_, metric in _MEASURED if metric in metrics}

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.stats import t975
+from tuner.base.stats import t975
 
 __all__ = [
     "NoiseFloor",

@@ -8,7 +8,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from tuner.pick import Candidate, candidates, hypervolume_2d, non_dominated, objective_metrics, pareto_front, signs
+from tuner.results.pick import Candidate, candidates, hypervolume_2d, non_dominated, objective_metrics, pareto_front, signs
 from tuner.trials import Studied, StudyRecord, TrialRecord, record_of
 
 __all__ = ["Point", "StudyFront", "fronts"]

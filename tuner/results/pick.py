@@ -2,7 +2,7 @@
 
 Only COMPLETE, feasible trials are candidates. Where a trial was re-measured (at the end of
 `tune run`, or by `tune validate`), the mean of all its runs is used. Every value carries its
-95 % half-width (:mod:`tuner.noise`): one config dominates another only where it is better by
+95 % half-width (:mod:`tuner.results.noise`): one config dominates another only where it is better by
 more than the combined noise, and a pick names the candidates it ties with. `tune status`,
 `pareto`, `export` and `report` all choose through :func:`pick`, so they name the same winner.
 """
@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 from optuna.trial import TrialState
 
-from tuner.exceptions import ConfigError
-from tuner.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, prior_floor, probe_cis, set_aside
+from tuner.base.exceptions import ConfigError
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
+from tuner.results.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, prior_floor, probe_cis, set_aside
 from tuner.trials import Studied, StudyRecord, TrialRecord, record_of
 
 __all__ = [
@@ -69,7 +69,7 @@ class Candidate:
         text = f"trial {self.number}: " + ", ".join(parts) + f" ({self.runs} run{'s' if self.runs > 1 else ''})"
         if self.ties:
             text += f"; ties within noise with trial(s) {', '.join(map(str, self.ties))}"
-        if found := self.trial.confirmed:  # its long run at its SLO answer (tuner.confirm)
+        if found := self.trial.confirmed:  # its long run at its SLO answer (tuner.orchestration.confirm)
             verdict = "no result" if found.get("failure") else "held" if found.get("held") else "NOT held"
             text += f"; confirmed: {verdict} over {found.get('seconds', 0.0) / 60:.0f} min at its SLO answer"
             if (kept := found.get("confirmed_answer")) and not found.get("held"):

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.metrics import LOAD_OUTPUT_TOK_S
-from tuner.pareto import StudyFront
+from tuner.base.metrics import LOAD_OUTPUT_TOK_S
+from tuner.results.pareto import StudyFront
 from tuner.trials import StudyRecord, TrialRecord
 
 if TYPE_CHECKING:

@@ -10,13 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.confirmed import describe as describe_confirmation
-from tuner.exceptions import ConfigError
-from tuner.export import build_export
-from tuner.gain import gains
-from tuner.limits import default_contexts
-from tuner.lock import stale_running
-from tuner.metrics import (
+from tuner.base.exceptions import ConfigError
+from tuner.base.metrics import (
     CAPACITY_CONTEXT_PER_REQUEST,
     LOAD_OUTPUT_TOK_S,
     LOAD_TTFT_P99,
@@ -26,12 +21,17 @@ from tuner.metrics import (
     SLO_GOODPUT_CI,
     SLO_LEVELS,
 )
-from tuner.pareto import fronts
-from tuner.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
-from tuner.plots import concurrency_html, front_html, importance_html, level_metric, power_html, slo_html, timeline_html
-from tuner.screen import describe_screen, screen_for
+from tuner.results.confirmation import describe as describe_confirmation
+from tuner.results.export import build_export
+from tuner.results.gain import gains
+from tuner.results.limits import default_contexts
+from tuner.results.pareto import fronts
+from tuner.results.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
+from tuner.results.plots import concurrency_html, front_html, importance_html, level_metric, power_html, slo_html, timeline_html
+from tuner.results.screen import describe_screen, screen_for
 from tuner.space import SearchSpace
 from tuner.trials import Studied, StudyRecord, TrialRecord, record_of
+from tuner.trials.lock import stale_running
 
 __all__ = ["Report", "build_report"]
 

@@ -3,7 +3,7 @@
 Every launch of a config that cannot start costs a full startup (minutes on GPUs), but a config
 skipped wrongly is worse: the sampler is told a region is infeasible and never goes back. So the
 screen never extrapolates. Configs are compared through their engine's memory model
-(:class:`tuner.memory.MemoryModel`, declared by each adapter) and a config is skipped only when:
+(:class:`tuner.engines.memory.MemoryModel`, declared by each adapter) and a config is skipped only when:
 
 1. **dominated by a failure**: a launched config failed for lack of memory (a ``monotone``
    signature) and this one has no more room on every room axis, at least the need on every need
@@ -30,7 +30,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from tuner.memory import MemoryModel
+from tuner.engines.memory import MemoryModel
 from tuner.trials import TrialRecord
 
 __all__ = ["Prediction", "Screen", "describe_screen", "screen_for"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from tuner.metrics import (
+from tuner.base.metrics import (
     CAPACITY_CONTEXT_PER_REQUEST,
     LOAD_OUTPUT_TOK_S,
     LOAD_TTFT_P99,

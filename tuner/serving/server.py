@@ -26,12 +26,12 @@ from typing import IO, Any, Self
 
 import httpx
 
-from tuner import procfs
+from tuner.base.evidence import Evidence, LogLine
+from tuner.base.exceptions import StartupFailed, StartupTimeout, TeardownError
 from tuner.engines import Category, Command, EngineAdapter, Signature, first_fatal, raised_exception
-from tuner.evidence import Evidence, LogLine
-from tuner.exceptions import StartupFailed, StartupTimeout, TeardownError
-from tuner.ledger import Ledger
-from tuner.processes import terminate_group
+from tuner.host import procfs
+from tuner.host.ledger import Ledger
+from tuner.host.processes import terminate_group
 
 __all__ = ["ServerProcess", "end_servers_on_sigterm"]
 

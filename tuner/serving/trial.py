@@ -15,17 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import engines, probes, progress, telemetry
-from tuner.artifacts import write_json
+from tuner import engines, probes
+from tuner.base import progress
+from tuner.base.artifacts import write_json
+from tuner.base.exceptions import ConfigInfeasible, CrashedUnderLoad
+from tuner.base.records import ProbeResult, Timings, TrialOutcome
 from tuner.engines import Category, Command
-from tuner.exceptions import ConfigInfeasible, CrashedUnderLoad
-from tuner.ledger import Ledger
-from tuner.partitions import Partition
+from tuner.host import telemetry
+from tuner.host.ledger import Ledger
+from tuner.host.partitions import Partition
 from tuner.probes import ServerHandle
 from tuner.probes.capacity import read_capacity
 from tuner.probes.load import MAX_ERROR_RATE, per_gpu
-from tuner.records import ProbeResult, Timings, TrialOutcome
-from tuner.server import ServerProcess
+from tuner.serving.server import ServerProcess
 from tuner.space import SearchSpace
 
 __all__ = ["Served", "pinned", "run_trial", "serve"]
@@ -67,7 +69,7 @@ def serve(
 ) -> Iterator[Served]:
     """Start ``params`` on ``partition``, wait until it really serves, and always end it.
 
-    Writes command.txt and server.log. Raises :class:`~tuner.exceptions.ConfigInfeasible` (with
+    Writes command.txt and server.log. Raises :class:`~tuner.base.exceptions.ConfigInfeasible` (with
     evidence) when the server does not start."""
     adapter = engines.get(space.engine)
     model_path = adapter.resolve_model(space.model.path)
@@ -138,8 +140,8 @@ def run_trial(
 ) -> TrialOutcome:
     """Serve ``params`` on ``partition`` and measure it. Writes command.txt, server.log, outcome.json.
 
-    Raises :class:`~tuner.exceptions.ConfigInfeasible` (with evidence) when the server does not
-    start, :class:`~tuner.exceptions.ProbeError` when it cannot be measured."""
+    Raises :class:`~tuner.base.exceptions.ConfigInfeasible` (with evidence) when the server does not
+    start, :class:`~tuner.base.exceptions.ProbeError` when it cannot be measured."""
     adapter = engines.get(space.engine)
     with progress.bind(trial_dir), serve(space, params, trial_dir, partition, ledger=ledger) as served:
         probe_began = time.time()
@@ -179,7 +181,7 @@ def run_trial(
 
 
 def _telemetry(sampler: telemetry.Telemetry, results: list[ProbeResult], space: SearchSpace) -> ProbeResult | None:
-    """Power, energy and the rest per load level (see tuner.telemetry); None without a load probe."""
+    """Power, energy and the rest per load level (see tuner.host.telemetry); None without a load probe."""
     load = next((r for r in results if r.probe == "load"), None)
     if load is None or space.probes.load is None:
         return None

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tuner.units import parse_bytes, parse_duration
+from tuner.base.units import parse_bytes, parse_duration
 from tuner.workload.spec import WorkloadSpec
 
 __all__ = [
@@ -421,7 +421,7 @@ class ProbesSpec(_Strict):
 class Budget(_Strict):
     """``trials``: at most this many; ``timeout``: the search stops launching after it;
     ``deadline``: the whole run (the engine's install included) ends within it: a trial is
-    launched only while it and the runs after the search fit (:mod:`tuner.deadline`)."""
+    launched only while it and the runs after the search fit (:mod:`tuner.orchestration.deadline`)."""
 
     trials: int = Field(8, ge=1)
     timeout: float | None = None
@@ -457,13 +457,13 @@ class Hardware(_Strict):
 
 
 class RemeasureSpec(_Strict):
-    """Fresh-server re-measurement around a run (see tuner.validate): the reference config
+    """Fresh-server re-measurement around a run (see tuner.orchestration.validate): the reference config
     ``reference_runs`` times at the start (the noise floor) and once after every ``every`` trials
     (drift while the study runs), then the ``top`` front candidates and
     the reference ``repeats`` times each at the end, interleaved; then, with ``race``, the pick
     and the configs it ties with once more each, round by round, until the tie resolves or
     ``race`` launches are spent; then, with ``confirm`` (seconds, e.g. ``10m``) and an SLO probe,
-    the pick once more on a fresh server for that long at its SLO answer (tuner.confirm), when the
+    the pick once more on a fresh server for that long at its SLO answer (tuner.orchestration.confirm), when the
     run's time budget still allows it. ``share`` caps the launches before the race at that fraction of
     the trial budget (the top candidates are cut first)."""
 

@@ -10,7 +10,7 @@ OBJECTIVES = "tuner.objectives"
 NOISE = "noise"
 NOISE_PRIOR = "tuner.noise_prior"  # the engine's fresh-server spread on this hardware, until the study measures its own
 REVALIDATED = "revalidated"  # "revalidated.<trial number>"
-CONFIRMED = "confirmed"  # "confirmed.<trial number>": its long run at its SLO answer (tuner.confirm)
+CONFIRMED = "confirmed"  # "confirmed.<trial number>": its long run at its SLO answer (tuner.orchestration.confirm)
 LEASE = "tuner.run_lease"
 
 # trial-level: what it measured (a verdict)

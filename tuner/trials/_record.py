@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.metrics import SLO_CONCURRENCY, SLO_CONCURRENCY_VIOLATED, SLO_GOODPUT, SLO_GOODPUT_CI, SLO_RATE, SLO_RATE_VIOLATED
+from tuner.base.metrics import SLO_CONCURRENCY, SLO_CONCURRENCY_VIOLATED, SLO_GOODPUT, SLO_GOODPUT_CI, SLO_RATE, SLO_RATE_VIOLATED
 from tuner.trials import _keys as k
 
 __all__ = ["Kind", "StudyRecord", "TrialRecord", "read_lease", "read_study", "read_trials"]
@@ -78,7 +78,7 @@ class TrialRecord:
     launched_at: float | None = None
     node: str | None = None
     revalidated: Mapping[str, Any] | None = None
-    confirmed: Mapping[str, Any] | None = None  # its long run at its SLO answer (tuner.confirm), when any
+    confirmed: Mapping[str, Any] | None = None  # its long run at its SLO answer (tuner.orchestration.confirm), when any
     # the SLO figures the search stored, where a confirmation corrected them (``metrics`` and
     # ``values`` then hold the confirmed answer: :func:`corrected_metrics`)
     searched: Mapping[str, float] | None = None
@@ -205,7 +205,7 @@ class StudyRecord:
     lease: Mapping[str, Any] | None
     trials: tuple[TrialRecord, ...] = ()
     confirmed: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
-    noise_prior: Mapping[str, Any] | None = None  # the engine's fresh-server spread here (tuner.noise)
+    noise_prior: Mapping[str, Any] | None = None  # the engine's fresh-server spread here (tuner.results.noise)
     # the trials as Optuna froze them, for Optuna's own analyses (parameter importance) of this
     # one read: an in-memory study built from them reads no storage
     frozen: tuple[optuna.trial.FrozenTrial, ...] = field(default=(), repr=False, compare=False)
@@ -219,7 +219,7 @@ class StudyRecord:
 
 def corrected_metrics(metrics: Mapping[str, float], confirmed: Mapping[str, Any] | None) -> dict[str, float] | None:
     """The trial's metrics with the SLO answer its confirmation found to hold below the search's
-    (a run at the answer broke, a step down held throughout: tuner.confirm): the answer, its
+    (a run at the answer broke, a step down held throughout: tuner.orchestration.confirm): the answer, its
     goodput and CI, and the lowest load that broke above it. None where nothing was corrected."""
     kept = (confirmed or {}).get("confirmed_answer")
     if not kept or dict(kept) == dict((confirmed or {}).get("answer") or {}):

@@ -17,10 +17,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.artifacts import EVIDENCE_FILES, RunDir
-from tuner.evidence import DISTANCE
-from tuner.exceptions import ConfigInfeasible, InfrastructureError, InvalidCombination
-from tuner.metrics import (
+from tuner.base.artifacts import EVIDENCE_FILES, RunDir
+from tuner.base.evidence import DISTANCE
+from tuner.base.exceptions import ConfigInfeasible, InfrastructureError, InvalidCombination
+from tuner.base.metrics import (
     CAPACITY_CONTEXT_PER_REQUEST,
     CAPACITY_KV_TOKENS,
     LOAD_ERROR_RATE,
@@ -31,7 +31,7 @@ from tuner.metrics import (
     SERVED_CONTEXT,
     TELEMETRY_TOKENS_PER_JOULE,
 )
-from tuner.records import TrialOutcome
+from tuner.base.records import TrialOutcome
 from tuner.trials import _keys as k
 from tuner.trials._record import TrialRecord
 
@@ -315,7 +315,7 @@ def save_revalidation(study: optuna.Study, number: int, data: Mapping[str, Any])
 
 
 def save_confirmation(study: optuna.Study, number: int, data: Mapping[str, Any]) -> None:
-    """Trial ``number``'s long run at its SLO answer on a fresh server (tuner.confirm)."""
+    """Trial ``number``'s long run at its SLO answer on a fresh server (tuner.orchestration.confirm)."""
     study.set_user_attr(f"{k.CONFIRMED}.{number}", dict(data))
 
 

@@ -35,8 +35,8 @@ from typing import Any, Self
 
 import optuna
 
-from tuner import procfs
-from tuner.exceptions import TunerError
+from tuner.base.exceptions import TunerError
+from tuner.host import procfs
 from tuner.trials import Studied, read_lease, record_of, write_lease
 
 __all__ = ["Lease", "StudyLock", "StudyLocked", "lease_of", "machine_id", "stale_running"]

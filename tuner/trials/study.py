@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 
 from tuner import engines
-from tuner.exceptions import ConfigError
+from tuner.base.exceptions import ConfigError
 from tuner.objectives import ObjectiveSet
 from tuner.space import SearchSpace
 from tuner.trials import connect, enqueue, read_study, save_noise_prior, store_setup

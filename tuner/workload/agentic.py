@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tuner.stats import percentiles
+from tuner.base.stats import percentiles
 from tuner.workload.trace import TraceError
 
 __all__ = ["agentic_stats", "read_agentic"]

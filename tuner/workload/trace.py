@@ -17,8 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tuner.exceptions import ConfigError
-from tuner.stats import percentiles
+from tuner.base.exceptions import ConfigError
+from tuner.base.stats import percentiles
 
 __all__ = ["TraceError", "TraceRow", "read_trace", "reusable", "trace_stats"]
 
