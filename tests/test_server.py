@@ -194,3 +194,46 @@ def test_a_signal_between_the_spawn_and_the_with_block_still_ends_the_server(
         pytest.fail("the with block must not be entered")
     assert server.proc is not None and server.proc.poll() is not None
     assert_group_gone(server.proc.pid)
+
+
+def test_a_port_bound_after_the_teardown_by_another_process_is_not_a_leftover() -> None:
+    """Two servers on one host can take turns on a port: another test's (or study's) server
+    picked the port this one had just freed, and the teardown called it "still bound" (a .ci/run
+    beside a busy loop). A listener in the server's group, or started before its teardown began,
+    is a leftover; one started later outside it is not."""
+    import subprocess
+
+    from tuner.host import procfs
+    from tuner.serving.server import leftover_listeners
+
+    listen = (
+        "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
+        "print('up', flush=True); time.sleep(60)"
+    )
+
+    def holder(port: int) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", listen, str(port)], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        return proc
+
+    early_port = free_port("127.0.0.1", worker_port(35400), 50)
+    late_port = free_port("127.0.0.1", early_port + 1, 50)
+    early = holder(early_port)
+    try:
+        time.sleep(0.05)
+        since = procfs.uptime_ticks()
+        time.sleep(0.05)
+        late = holder(late_port)
+        try:
+            assert since is not None
+            assert leftover_listeners(early_port, pgid=999_999, since_ticks=since) == {early.pid}  # older than the teardown
+            assert leftover_listeners(late_port, pgid=999_999, since_ticks=since) == set()  # another's, started later
+            assert leftover_listeners(late_port, pgid=late.pid, since_ticks=since) == {late.pid}  # in the group
+        finally:
+            late.kill()
+            late.wait()
+    finally:
+        early.kill()
+        early.wait()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ProcStat", "cmdline", "listeners", "processes", "stat"]
+__all__ = ["ProcStat", "cmdline", "listeners", "processes", "stat", "uptime_ticks"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,14 @@ def cmdline(pid: int) -> str:
             return f.read().split(b"\0")[0].decode(errors="replace")[:200]
     except OSError:
         return ""
+
+
+def uptime_ticks() -> int | None:
+    """Clock ticks since boot, the clock of :attr:`ProcStat.start_ticks` (None off Linux)."""
+    try:
+        return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def listeners(port: int) -> set[int] | None:

@@ -262,6 +262,7 @@ class ServerProcess:
         if self.proc is None:
             return 0.0
         begun = time.monotonic()
+        begun_ticks = procfs.uptime_ticks()
         pgid = self.proc.pid
         if self.proc.poll() is None:
             self.stopped_by_tuner = True
@@ -274,7 +275,9 @@ class ServerProcess:
             self.ledger.remove(pgid)
         # The port is ours to check only if our server held it (a failed start may have met another's).
         if self.ready_at is not None and not _port_free(self.host, self.port):
-            raise TeardownError(f"port {self.port} still bound after teardown", evidence=self.evidence())
+            if (left := leftover_listeners(self.port, pgid, begun_ticks)) or left is None:
+                raise TeardownError(f"port {self.port} still bound after teardown", evidence=self.evidence())
+            logger.info("port %d: freed by this server, then bound by another process started after its teardown", self.port)
         self.teardown_s = time.monotonic() - begun
         return self.teardown_s
 
@@ -298,6 +301,24 @@ def _reap(proc: subprocess.Popen[str]) -> None:
         proc.wait(1.0)
     except subprocess.TimeoutExpired:
         pass
+
+
+def leftover_listeners(port: int, pgid: int, since_ticks: int | None) -> set[int] | None:
+    """The listeners on ``port`` that may be left of the server of group ``pgid``: in its group
+    or session, or started before its teardown began (``since_ticks``, :func:`procfs.uptime_ticks`).
+    A process started later outside them bound the port after this server freed it (another
+    server on this host, picked the freed port): not a leftover. None where /proc does not say."""
+    owners = procfs.listeners(port)
+    if owners is None or since_ticks is None:
+        return None
+    left = set()
+    for pid in owners:
+        st = procfs.stat(pid)
+        if st is None:
+            continue  # gone meanwhile
+        if pgid in (st.pgrp, st.session) or st.start_ticks <= since_ticks:
+            left.add(pid)
+    return left
 
 
 def _port_free(host: str, port: int, timeout: float = 3.0) -> bool:
