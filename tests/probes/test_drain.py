@@ -31,14 +31,15 @@ def _engine(counts: Iterator[tuple[int, int]]) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.MockTransport(reply))
 
 
-def _run(counts: Iterable[tuple[int, int]], **kwargs: Any) -> tuple[dict[str, Any], int]:
-    """drain() on a server whose count reads ``counts`` and whose 1-token requests take 0.01 s;
-    returns what it stored and how many 1-token requests it sent."""
+def _run(counts: Iterable[tuple[int, int]], slow_pings: int = 0, **kwargs: Any) -> tuple[dict[str, Any], int]:
+    """drain() on a server whose count reads ``counts`` and whose 1-token requests take 0.01 s
+    (the first ``slow_pings`` 1 s: a queue the count does not show); returns what it stored and
+    how many 1-token requests it sent."""
     sent = [0]
 
     async def ping() -> float:
         sent[0] += 1
-        return 0.01
+        return 1.0 if sent[0] <= slow_pings else 0.01
 
     async def go() -> dict[str, Any]:
         async with _engine(iter(counts)) as client:
@@ -60,8 +61,8 @@ def test_a_busy_count_that_changes_is_waited_out_whatever_a_fast_1_token_request
     0.16 s after a broken run, on a server still running 256 and queueing 265)."""
     working_off = [(256, 265 - k) for k in range(0, 265, 5)] + [(256 - k, 0) for k in range(0, 256, 8)]
     stored, pings = _run([*working_off, (0, 0), (0, 0)])
-    assert stored["drained"] is True and stored["drained_by"] == "engine count", stored
-    assert pings == 0
+    assert stored["drained"] is True and stored["drained_by"] == "engine count and a 1-token request", stored
+    assert pings == 1  # only once the count read zero twice
 
 
 def test_a_count_stuck_at_one_busy_value_is_a_stale_gauge_and_a_fast_1_token_request_ends_the_wait() -> None:
@@ -73,8 +74,17 @@ def test_a_count_stuck_at_one_busy_value_is_a_stale_gauge_and_a_fast_1_token_req
 def test_a_count_that_reads_zero_once_between_busy_reads_is_not_drained() -> None:
     """llama-server's /slots reads idle in the moment between a slot's release and the next
     queued request taking it: zero must read twice in a row."""
-    stored, _ = _run([(1, 0), (0, 0), (1, 0), (0, 0), (2, 0), (0, 0), (0, 0)])
-    assert stored["drained"] is True and stored["drained_by"] == "engine count", stored
+    stored, pings = _run([(1, 0), (0, 0), (1, 0), (0, 0), (2, 0), (0, 0), (0, 0)])
+    assert stored["drained"] is True and stored["drained_by"] == "engine count and a 1-token request", stored
+    assert pings == 1
+
+
+def test_a_count_at_zero_is_checked_by_a_1_token_request_where_one_can_be_timed() -> None:
+    """llama-server's /slots does not show the requests waiting for a slot: at zero twice, a
+    1-token request that waits behind them says the server is not drained yet."""
+    stored, pings = _run([(0, 0)] * 1000, slow_pings=3)
+    assert stored["drained"] is True and stored["drained_by"] == "engine count and a 1-token request", stored
+    assert pings == 4, pings
 
 
 def test_a_server_still_busy_at_the_bound_is_measured_anyway_and_says_so() -> None:

@@ -17,7 +17,11 @@ because an engine that schedules prefill first (SGLang) answers one at once besi
 running requests (on the H200 a confirmation step started 0.16 s after a run that broke, judged by
 such a request, with 256 requests running and 265 queued by SGLang's own log; it broke at once).
 Only a count that stays the same non-zero value for :data:`STALE_S` (a gauge the engine stopped
-updating) may be overruled by 1-token requests as fast as on the idle server.
+updating) may be overruled by 1-token requests as fast as on the idle server. Where a 1-token
+request can be timed, a count that reads zero twice is also checked by one: llama-server's
+``/slots`` does not show the requests waiting for a slot (the cancelled ones of a broken level
+among them). After the SLO test's broken level, with ``/slots`` at zero twice, 1-token requests
+stayed slow for 5 s more.
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ async def drain(
     """Wait until ``server`` has nothing in flight (at most ``bound`` seconds). Without the
     engine's count, ``ping()`` (an awaitable 1-token request, returning its seconds or None) is
     timed until it is within twice ``idle_s`` (its time on the idle server) plus 50 ms; with the
-    count, only once it has read the same busy value for :data:`STALE_S` (a stale gauge). Returns
+    count, once it reads zero twice and such a request is that fast, or once it has read the same
+    busy value for :data:`STALE_S` (a stale gauge) and such a request is that fast. Returns
     what the level stores: ``drain_s``, ``drained`` and how it was judged (``drained_by``)."""
     began = time.perf_counter()
     can_ping = ping is not None and idle_s is not None
@@ -86,8 +91,14 @@ async def drain(
         left = await in_flight(client, server)
         zeros = zeros + 1 if left == 0 else 0
         if zeros >= 2:
-            by = "engine count"
-            break
+            if not can_ping:
+                by = "engine count"
+                break
+            took = await ping()  # the queue /slots does not show waits in front of it
+            if took is not None and took <= 2 * idle_s + 0.05:  # type: ignore[operator]
+                by = "engine count and a 1-token request"
+                break
+            zeros = 0
         if left == 0:  # once: read it again a poll later
             await asyncio.sleep(POLL_S)
             continue
