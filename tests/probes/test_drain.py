@@ -90,3 +90,9 @@ def test_a_count_at_zero_is_checked_by_a_1_token_request_where_one_can_be_timed(
 def test_a_server_still_busy_at_the_bound_is_measured_anyway_and_says_so() -> None:
     stored, _ = _run(((k % 7 + 1, 0) for k in range(100_000)), bound=0.3)
     assert stored["drained"] is False and stored["drain_s"] >= 0.3, stored
+
+
+def test_a_count_at_zero_with_1_token_requests_that_stay_slow_ends_at_the_bound() -> None:
+    stored, pings = _run([(0, 0)] * 100_000, slow_pings=100_000, bound=0.3)
+    assert stored["drained"] is False and stored["drained_by"] == "1-token request" and stored["drain_s"] >= 0.3, stored
+    assert pings >= 1

@@ -87,6 +87,11 @@ async def drain(
     zeros = 0
     last: int | None = None
     since = began  # when the count last changed
+
+    async def fast() -> bool:  # a 1-token request about as fast as on the idle server
+        took = await ping()
+        return took is not None and took <= 2 * idle_s + 0.05  # type: ignore[operator]
+
     while True:
         left = await in_flight(client, server)
         zeros = zeros + 1 if left == 0 else 0
@@ -94,23 +99,21 @@ async def drain(
             if not can_ping:
                 by = "engine count"
                 break
-            took = await ping()  # the queue /slots does not show waits in front of it
-            if took is not None and took <= 2 * idle_s + 0.05:  # type: ignore[operator]
+            if await fast():  # the queue /slots does not show waits in front of it
                 by = "engine count and a 1-token request"
                 break
             zeros = 0
-        if left == 0:  # once: read it again a poll later
+        if left == 0 and time.perf_counter() - began < bound:  # read it again a poll later (zero, its 1-token request slow)
             await asyncio.sleep(POLL_S)
             continue
         if left != last:
             last, since = left, time.perf_counter()
         if left is None and not can_ping:
             return {"drain_s": 0.0, "drained": None, "drained_by": "nothing to judge by"}
-        stale = left is not None and time.perf_counter() - since >= STALE_S
+        stale = left is not None and left != 0 and time.perf_counter() - since >= STALE_S
         if can_ping and (left is None or stale):
             by = "1-token request" if left is None else f"1-token request (the engine's count stuck at {left}: stale)"
-            took = await ping()
-            if took is not None and took <= 2 * idle_s + 0.05:  # type: ignore[operator]
+            if await fast():
                 break
         if time.perf_counter() - began >= bound:
             logger.warning("the server still had requests in flight %.0fs after the last level: measuring anyway", bound)
