@@ -248,7 +248,12 @@ def _counted(url: str, window: list[float]) -> float:
 
 
 @pytest.mark.integration
-@pytest.mark.quiet  # timing: what one sender core delivers is measured
+# timing: what one sender core delivers is measured, against a server on a core of its own; settled:
+# beside the unit tests' start (CI, 2026-12-04: the 5th test on its worker) the server's core was
+# shared, it read 80 requests/s while the sender wrote 680/s into its listen backlog, and the test
+# compared the tool with a starved server. Alone (idle, a busy loop on the server's core, three
+# unpinned busy loops) the two agreed within 0.1 %.
+@pytest.mark.quiet(settled=True)
 def test_the_achieved_rate_is_what_the_server_counted_also_from_a_saturated_sender_core() -> None:
     """A request counts as sent when its bytes are written, not when its task is created: below one
     core's ceiling and at three times it (one sender, its event loop saturated), the level's
