@@ -1,4 +1,4 @@
-"""A command reads its study once: `tune status`, `tune export` and `tune pareto` each fetch the
+"""A command reads its study once: `tune status`, `export`, `pareto`, `report` and `limits` each fetch the
 study's attrs once and its trials once from storage, then compute from that record (pick, noise,
 gains, fronts, the export). Counted at Optuna's own storage, so no path around the record hides."""
 
@@ -36,15 +36,18 @@ def reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[collectio
 
 
 @pytest.mark.parametrize(
-    "command", [["status"], ["export"], ["export", "--format", "json"], ["pareto", "--out", "p"], ["report", "--out", "r"]]
+    "command",
+    [["status"], ["export"], ["export", "--format", "json"], ["pareto", "--out", "p"], ["report", "--out", "r"], ["limits"]],
 )
 def test_a_command_reads_its_study_once(
     command: list[str], reads: collections.Counter[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = tune_here(*command, "--study", "h200-vllm-goodput", "--storage", "sqlite:///study.db")
+    trial = ["--trial", "5"] if command[0] == "limits" else []  # the knee
+    code = tune_here(*command, *trial, "--study", "h200-vllm-goodput", "--storage", "sqlite:///study.db")
     assert code == 0, capsys.readouterr()
     shown = capsys.readouterr().out + (Path("r.md").read_text() if command[0] == "report" else "")
-    assert "max-num-seqs" in shown  # it ran to its end: every output names the pick's params
+    # it ran to its end: every output names the pick's params, limits its SLO answer (208 clients)
+    assert ("parallel calls in SLO   208" if trial else "max-num-seqs") in shown
     assert dict(reads) == {"get_study_user_attrs": 1, "_get_trials": 1}
 
 

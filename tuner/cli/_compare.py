@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tuner.app.read import open_existing, stored_objective_set, stored_space
+from tuner.app.read import read_record, stored_objective_set, stored_space
 from tuner.base.artifacts import RunDir
 from tuner.base.exceptions import ConfigError
 from tuner.cli._common import echo
@@ -23,7 +23,7 @@ def compare(
     """Do two tunes agree? Each study's pick on fresh servers, interleaved, in one run: differs or ties."""
     if len(studies) < 2:
         raise ConfigError("--study: give two or more studies to compare")
-    opened = {spec.split("=", 1)[0]: open_existing(spec.split("=", 1)[0], spec if "=" in spec else storage) for spec in studies}
+    opened = {spec.split("=", 1)[0]: read_record(spec.split("=", 1)[0], spec if "=" in spec else storage) for spec in studies}
     first = next(iter(opened.values()))
     space = stored_space(first)
     objective = stored_objective_set(first)

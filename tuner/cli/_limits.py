@@ -9,11 +9,10 @@ from pathlib import Path
 import typer
 
 from tuner import engines
-from tuner.app.read import open_existing, stored_space
+from tuner.app.read import read_record, stored_space
 from tuner.base.exceptions import ConfigError
 from tuner.cli._common import echo
 from tuner.results.limits import Limits, default_contexts, for_trial, from_config
-from tuner.trials import read_trials
 
 
 def limits(
@@ -91,11 +90,10 @@ def _from_log(engine: str | None, log: Path | None) -> Limits:
 def _from_trial(study: str | None, number: int | None, storage: str | None) -> Limits:
     if study is None or number is None:
         raise ConfigError("--study and --trial go together")
-    the_study = open_existing(study, storage)
-    trials = {t.number: t for t in read_trials(the_study)}
-    if number not in trials:
+    record = read_record(study, storage)
+    t = record.trial(number)
+    if t is None:
         raise ConfigError(f"study {study!r} has no trial {number}")
-    t = trials[number]
-    space = stored_space(the_study)
+    space = stored_space(record)
     configured = engines.get(space.engine).configured_limits(space.values(t.params))
     return for_trial(configured, t)

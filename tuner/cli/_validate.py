@@ -20,6 +20,7 @@ from tuner.results.confirmation import describe as describe_confirmation
 from tuner.results.confirmation import describe_answer
 from tuner.results.pick import objective_metrics, pick
 from tuner.space import SearchSpace
+from tuner.trials import StudyRecord, record_of
 from tuner.trials.lock import StudyLock
 
 
@@ -40,19 +41,20 @@ def validate(
 ) -> None:
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
     the_study = open_existing(study, storage)
-    objective = stored_objective_set(the_study)
+    record = record_of(the_study)  # read once; the runs write through tuner.trials
+    objective = stored_objective_set(record)
     with StudyLock(RunDir.for_study(the_study.study_name).root / "run.lock", the_study.study_name) as lock:
         lock.lease(the_study)
         if confirm:
             found = run_confirmation(
-                the_study, stored_space(the_study), seconds=_seconds(seconds), how=how, steps=steps, resume=resume
+                the_study, record, stored_space(record), seconds=_seconds(seconds), how=how, steps=steps, resume=resume
             )
             for line in describe_confirmation(found.to_dict(), found.trial):
                 echo(line)
             return
-        results = _revalidate(the_study, objective, top, repeats)
+        results = _revalidate(the_study, stored_space(record), objective, top, repeats)
     echo("")
-    names = objective_metrics(the_study)
+    names = objective_metrics(record)
     for res in results:
         if not res.runs:
             echo(f"trial {res.trial}: every re-run failed: {res.failures[0]}")
@@ -64,14 +66,14 @@ def validate(
         ]
         failed = f"; {len(res.failures)} failed re-run(s)" if res.failures else ""
         echo(f"trial {res.trial}: " + "; ".join(parts) + failed)
-    chosen = pick(the_study, "knee")
+    chosen = pick(the_study, "knee")  # read again: the re-runs just written
     echo(f"\npick (knee): {chosen.describe(names)}")
 
 
-def _revalidate(study: optuna.Study, objective: ObjectiveSet, top: int, repeats: int) -> list[Revalidation]:
+def _revalidate(study: optuna.Study, space: SearchSpace, objective: ObjectiveSet, top: int, repeats: int) -> list[Revalidation]:
     return revalidate(
         study,
-        stored_space(study),
+        space,
         objective,
         RunDir.for_study(study.study_name),
         InlineExecutor(),
@@ -89,11 +91,19 @@ def _seconds(text: str) -> float:
 
 
 def run_confirmation(
-    study: optuna.Study, space: SearchSpace, *, seconds: float, how: str, steps: int = 3, resume: bool = False
+    study: optuna.Study,
+    record: StudyRecord,
+    space: SearchSpace,
+    *,
+    seconds: float,
+    how: str,
+    steps: int = 3,
+    resume: bool = False,
 ) -> Confirmation:
-    """The pick at its SLO answer for ``seconds`` on a fresh server, run here (inline), stepping
-    down at most ``steps`` times where it does not hold (``resume``: from the stored runs on)."""
-    chosen = pick(study, how)
+    """The pick (of ``record``, the study as read) at its SLO answer for ``seconds`` on a fresh
+    server, run here (inline), stepping down at most ``steps`` times where it does not hold
+    (``resume``: from the stored runs on); what it finds is written to ``study``."""
+    chosen = pick(record, how)
     answer = answer_of(space, chosen.trial)
     go_on = " from the stored runs, a step below the last" if resume else ""
     echo(f"confirm: trial {chosen.number} at {describe_answer(answer)}{go_on} for {format_duration(seconds)} on a fresh server")

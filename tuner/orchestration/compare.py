@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-
-import optuna
 
 from tuner.base.artifacts import RunDir
 from tuner.base.exceptions import ConfigError
@@ -23,6 +21,7 @@ from tuner.orchestration.validate import remeasure
 from tuner.results.noise import NoiseFloor, Outlier, differs, half_width, is_noisy, noise_floor, set_aside
 from tuner.results.pick import Candidate, objective_metrics, pick, repeated_runs
 from tuner.space import SearchSpace
+from tuner.trials import Studied, record_of
 
 __all__ = ["Compared", "compare"]
 
@@ -42,7 +41,7 @@ class Compared:
 
 
 def compare(
-    studies: dict[str, optuna.Study],
+    studies: Mapping[str, Studied],
     space: SearchSpace,
     objective: ObjectiveSet,
     run_dir: RunDir,
@@ -55,11 +54,12 @@ def compare(
     """Re-measure each study's pick ``repeats`` times; returns the results, the floor used and one
     verdict line per pair (on the first objective: differs beyond the combined noise, or a tie)."""
     names = list(objective.metric_names)
+    records = {name: record_of(study) for name, study in studies.items()}  # each read once
     picks = {}
-    for name, study in studies.items():
-        if objective_metrics(study) != names:
-            raise ConfigError(f"study {name!r} has objectives {objective_metrics(study)}, not {names}: nothing to compare")
-        picks[name] = pick(study, how)
+    for name, record in records.items():
+        if objective_metrics(record) != names:
+            raise ConfigError(f"study {name!r} has objectives {objective_metrics(record)}, not {names}: nothing to compare")
+        picks[name] = pick(record, how)
     items = [(f"{name}-trial{c.number}", dict(c.trial.params)) for name, c in picks.items()]
     state = remeasure(space, objective, run_dir, executor, items, repeats=repeats, on_run=on_run)
     noisy = [is_noisy(m) for m in names]
@@ -70,7 +70,7 @@ def compare(
     }
     runs = {label: [state[label].values[i] for i in counted[label]] for label in counted}
     repeated: list[Sequence[Sequence[float]]] = [*runs.values()]
-    repeated += [study_runs for study in studies.values() for study_runs in repeated_runs(study)]
+    repeated += [study_runs for record in records.values() for study_runs in repeated_runs(record)]
     floor = noise_floor(repeated, noisy)
     results = []
     for (label, _), (name, cand) in zip(items, picks.items(), strict=True):

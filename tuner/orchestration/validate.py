@@ -38,7 +38,7 @@ from tuner.objectives import ObjectiveSet
 from tuner.results.noise import differs, is_noisy, kept, probe_cis
 from tuner.results.pick import Candidate, candidates, objective_metrics, pareto_front, pick, reference_groups, signs, study_floor
 from tuner.space import SearchSpace
-from tuner.trials import TrialRecord, read_study, read_trials, record_of, save_noise, save_revalidation
+from tuner.trials import Studied, TrialRecord, read_study, read_trials, record_of, save_noise, save_revalidation
 
 __all__ = ["Revalidation", "measure_reference", "reference_params", "remeasure", "revalidate", "top_candidates"]
 
@@ -173,9 +173,9 @@ def _record(item: _Item, future: Future[TrialOutcome], objective: ObjectiveSet, 
     return " ".join(f"{name} {v:,.1f}" for name, v in zip(objective.metric_names, values, strict=True))
 
 
-def reference_params(study: optuna.Study, space: SearchSpace) -> dict[str, Any] | None:
+def reference_params(study: Studied, space: SearchSpace) -> dict[str, Any] | None:
     """The study's reference config: stored with its noise, else the space's first enqueued config."""
-    stored = read_study(study, trials=False).noise.get(REFERENCE)
+    stored = record_of(study, trials=False).noise.get(REFERENCE)
     if stored is not None:
         return dict(stored)
     return dict(space.enqueue[0]) if space.enqueue else None
@@ -241,7 +241,7 @@ def measure_reference(
     return store_reference(study, params, state[REFERENCE], when)
 
 
-def top_candidates(study: optuna.Study, top: int) -> list[Candidate]:
+def top_candidates(study: Studied, top: int) -> list[Candidate]:
     """The pick (the front's knee) first, then the rest of the noise-aware Pareto front (best first
     objective first), then the others: the config every command names is always among those
     re-measured (a README run once re-measured three others and picked a fourth on one run)."""
@@ -274,9 +274,10 @@ def revalidate(
 ) -> list[Revalidation]:
     """Re-run the top candidates (or the trials ``numbers``), and the reference for drift,
     ``repeats`` times, interleaved."""
-    chosen = top_candidates(study, top) if numbers is None else [c for c in candidates(study) if c.number in numbers]
+    record = record_of(study)  # read once; what follows writes through tuner.trials
+    chosen = top_candidates(record, top) if numbers is None else [c for c in candidates(record) if c.number in numbers]
     items = [(f"trial{c.number}", dict(c.trial.params)) for c in chosen]
-    reference = reference_params(study, space) if with_reference else None
+    reference = reference_params(record, space) if with_reference else None
     if reference is not None:
         items.append((REFERENCE, reference))
     state = remeasure(space, objective, run_dir, executor, items, repeats=repeats, ledger=ledger, on_run=on_run)
