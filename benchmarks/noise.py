@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner import space as spaces
 from tuner.app import prepare
+from tuner.base.level import levels_in
 from tuner.host.partitions import make_partitions
 from tuner.probes import LoadProbe
 from tuner.serving.server import end_servers_on_sigterm
@@ -57,13 +58,13 @@ def spread(values: list[float]) -> float:
 
 def level(result: Any) -> dict[str, Any]:
     m = result.metrics
-    target = next(iter(result.details["levels"].values()))  # the target level: the only one run here
+    target = next(iter(levels_in(result.details).values()))  # the target level: the only one run here
     return {
         "tok_s": m["output_tok_s"],
         "ci": m.get("output_tok_s_ci", float("nan")),
         "window_s": m.get("window_s", 0.0),
-        "cache_hit_rate": target.get("cache_hit_rate"),
-        "prompt_tokens_exact": target.get("prompt_tokens_exact"),
+        "cache_hit_rate": target.cache_hit_rate,
+        "prompt_tokens_exact": target.prompt_tokens_exact,
     }
 
 

@@ -18,6 +18,7 @@ from tuner.app.prepare import validate
 from tuner.base.artifacts import RunDir
 from tuner.base.evidence import Evidence
 from tuner.base.exceptions import InfrastructureError, ProbeError, StartupFailed, StartupTimeout, TeardownError
+from tuner.base.level import levels_in
 from tuner.launching.executors import InlineExecutor
 from tuner.orchestration.deadline import Deadline
 from tuner.orchestration.driver import Driver
@@ -105,7 +106,7 @@ def test_real_mini_tune_prunes_a_real_oom_and_keeps_evidence(tmp_path: Path, lla
     assert ok.user_attrs["metrics"]["capacity.context_per_request"] == 2048
     assert ok.constraints["server starts"] == 0 and ok.constraints["load.error_rate <= 0"] == 0
     outcome = json.loads((run_dir.trial(ok.number) / "outcome.json").read_text())
-    assert outcome["probes"][0]["details"]["levels"]["2"]["usage_reported"] is True
+    assert levels_in(outcome["probes"][0]["details"])["2"].usage_reported is True
     assert "--ctx-size 2048" in (run_dir.trial(ok.number) / "command.txt").read_text()
 
     table = pd.read_csv(run_dir.trials_csv)

@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import tiny_space, worker_core
 from tuner.app.prepare import validate
+from tuner.base.level import Level
 from tuner.host import telemetry
 from tuner.host.partitions import make_partitions
 from tuner.host.telemetry import Sample, level_metrics, summarize_levels
@@ -67,8 +68,8 @@ def test_no_samples_in_a_window_gives_no_numbers() -> None:
 def test_levels_are_named_and_the_target_level_is_the_headline() -> None:
     samples = _two_gpus(0.0, 30.0)
     levels = {
-        "32": {"window_at": [1.0, 11.0], "output_tokens": 34_000},
-        "128": {"window_at": [15.0, 25.0], "output_tokens": 85_000},
+        "32": Level(window_at=(1.0, 11.0), output_tokens=34_000),
+        "128": Level(window_at=(15.0, 25.0), output_tokens=85_000),
     }
     flat, per_level = summarize_levels(samples, levels, target=128)
     assert flat["tokens_per_joule@32"] == pytest.approx(4.0) and flat["tokens_per_joule"] == pytest.approx(10.0)

@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import handle, llama_server_process, tiny_space
 from tuner.app.prepare import validate
+from tuner.base.level import levels_in
 from tuner.base.records import ProbeResult
 from tuner.base.stats import batch_means, percentiles, t975
 from tuner.probes import LoadProbe
@@ -153,21 +154,21 @@ def test_load_probe_on_real_llama_server(tmp_path: Path, llama_server: Path, smo
     assert m["errors@1"] == 0 and m["errors@2"] == 0
     assert m["output_tok_s@2"] > 0 and m["output_tok_s"] == m["output_tok_s@2"]
     assert m["token_mismatch"] == 0
-    level = result.details["levels"]["2"]
-    assert 2 <= level["window_s"] <= 3.5 and level["requests"] >= 1
-    assert level["usage_reported"] is True and level["short_outputs"] == 0
+    level = levels_in(result.details)["2"]
+    assert 2 <= (level.window_s or 0) <= 3.5 and (level.requests or 0) >= 1
+    assert level.usage_reported is True and level.short_outputs == 0
     # every prompt exactly as long as asked, by the server's own count, and none served from its cache
-    assert level["prompt_tokens_exact"] == 1.0 and level["prompt_tokens_min"] == level["prompt_tokens_max"] == 48
-    assert level["cache_hit_rate"] is not None and level["cache_hit_rate"] < 0.05
+    assert level.prompt_tokens_exact == 1.0 and level.prompt_tokens_min == level.prompt_tokens_max == 48
+    assert level.cache_hit_rate is not None and level.cache_hit_rate < 0.05
     # a CI from the window's batch means; none where every batch counted the same tokens (zero spread
     # is no evidence), as in one slow suite run (ci14) where level 2's batches all counted the same
-    rates = level["batch_rates"]
-    assert level["batches"] == len(rates) >= 2
+    rates = level.batch_rates or ()
+    assert level.batches == len(rates) >= 2
     if len(set(rates)) > 1:
         assert m["output_tok_s_ci@2"] > 0
     else:
         assert "output_tok_s_ci@2" not in m, rates
-    assert level["ttft_n"] == level["requests"]
+    assert level.ttft_n == level.requests
     assert m["ttft_p50@2"] <= m["e2e_p50@2"]
     assert result.details["stop_reason"] == "completed"
 

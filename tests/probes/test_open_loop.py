@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import assert_group_gone, handle, llama_server_process
 from tests.fault.sse_server import running
+from tuner.base.level import levels_in
 from tuner.base.records import Capacity
 from tuner.probes import LoadProbe, ServerHandle
 from tuner.probes._senders import CEILING, Senders, arrival_offsets, senders_for
@@ -186,8 +187,9 @@ def test_arrivals_above_a_real_servers_capacity_are_never_held(tmp_path: Path, l
     probe = LoadProbe(load)
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
-        solo = probe.run(handle(server)).details["levels"]["1"]
-        capacity = 2 / solo["e2e_p50"]  # two slots, each a request per lifetime
+        solo = levels_in(probe.run(handle(server)).details)["1"]
+        assert solo.e2e_p50 is not None
+        capacity = 2 / solo.e2e_p50  # two slots, each a request per lifetime
 
         async def overload() -> dict[str, Any]:
             async with httpx.AsyncClient(timeout=60, trust_env=False) as client:

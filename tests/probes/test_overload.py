@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import handle, llama_server_process, worker_port
 from tests.fault.sse_server import serve
+from tuner.base.level import levels_in
 from tuner.base.records import Capacity
 from tuner.host.partitions import free_port
 from tuner.probes import LoadProbe, OverloadProbe, ServerHandle
@@ -42,10 +43,10 @@ def test_fast_rejections_are_counted(fault_server: str) -> None:
 def test_a_500_mid_stream_is_an_error_not_a_latency(fault_server: str) -> None:
     handle = ServerHandle(fault_server, "m", Capacity())
     result = LoadProbe(LoadProbeSpec(concurrency=[2], prompt_tokens=8, output_tokens=10, duration=1, max_duration=2)).run(handle)
-    level = result.details["levels"]["2"]
-    assert level["errors"] >= 2 and level["error_rate"] == 1.0 and level["window_s"] < 1.5  # stopped at once
-    assert "stream error" in level["first_error"]
-    assert level["ttft_p50"] is None and level["output_tokens"] == 0
+    level = levels_in(result.details)["2"]
+    assert (level.errors or 0) >= 2 and level.error_rate == 1.0 and (level.window_s or 0) < 1.5  # stopped at once
+    assert "stream error" in (level.first_error or "")
+    assert level.ttft_p50 is None and level.output_tokens == 0
     assert result.details["stop_reason"].startswith("error rate 100%")
 
 

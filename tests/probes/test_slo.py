@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import handle, llama_server_process
+from tuner.base.level import Level, levels_in
 from tuner.base.records import ProbeResult
 from tuner.probes import LoadProbe, SloProbe
 from tuner.probes.slo import search, search_rate
@@ -121,10 +122,10 @@ def test_the_answer_holds_the_slo_and_one_more_client_breaks_it_on_a_real_llama_
         result = probe.run(handle(server))
         n = int(result.metrics["concurrency"])
         again = LoadProbe(load.model_copy(update={"concurrency": [n, n + 1]})).run(handle(server))
-    levels = result.details["levels"]
+    levels = levels_in(result.details)
     assert n >= 1 and result.metrics["concurrency_violated"] == n + 1, result.details
     assert result.metrics["goodput"] > 0 and result.metrics["ttft_p99"] <= targets.ttft_p99
-    assert levels[str(n + 1)]["broke"] and not levels[str(n)]["broke"]
+    assert levels[str(n + 1)].broke and not levels[str(n)].broke
     assert result.metrics["levels"] <= 6 and result.details["stop_reason"].startswith("bracketed")
     at_n, above = (again.details["levels"][str(c)] for c in (n, n + 1))
     assert targets.violated(at_n) == [], at_n
@@ -138,7 +139,7 @@ def _solo(server: Any, load: LoadProbeSpec) -> ProbeResult:
 
 def _ttft_p50(solo: ProbeResult) -> float:
     """The median TTFT of one client alone (the real-server tests' SLO scales with it)."""
-    return float(solo.details["levels"]["1"]["ttft_p50"])
+    return float(levels_in(solo.details)["1"].ttft_p50 or 0.0)
 
 
 def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path: Path) -> None:
@@ -159,9 +160,9 @@ def test_the_h200_goodput_tune_replays_to_its_pick_and_the_bench_agrees(tmp_path
     chosen = pick(study, "knee")
     m = chosen.trial.metrics
     assert chosen.number == 5 and (m["slo.concurrency"], m["slo.concurrency_violated"]) == (208, 224)
-    levels = chosen.trial.slo["levels"]
-    assert [c for c, v in levels.items() if v["measured_here"]] == ["128", "192", "208", "224", "256"]
-    assert levels["224"]["broke"] == ["ttft_p99 1.19 > 1"] and m["slo.levels"] <= 6
+    levels = levels_in(chosen.trial.slo)
+    assert [c for c, v in levels.items() if v.measured_here] == ["128", "192", "208", "224", "256"]
+    assert levels["224"].broke == ("ttft_p99 1.19 > 1",) and m["slo.levels"] <= 6
     check = json.loads((data / "bench-40" / "crosscheck.json").read_text())
     at_n, above = check["bench"]
     assert (at_n["concurrency"], above["concurrency"]) == (208, 260) and not at_n["broke"] and above["broke"]
@@ -217,17 +218,18 @@ def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_serve
         low, high = asyncio.run(twice())
     assert not server.died(), "the server died under the open loop (see its log)"
     assert 0 < held < broke and result.details["mode"] == "rate", result.details
-    assert all(level["error_rate"] == 0 for level in result.details["levels"].values()), result.details
+    stored = levels_in(result.details).values()
+    assert all(level.error_rate == 0 for level in stored), result.details
     assert result.metrics["goodput"] > 0 and result.metrics["levels"] <= 4
     # on failure, what the level saw: how long its warm-up took (a server slowed by a neighbour
     # queues the arrivals before the window opens), how it was drained, what ended and what waited
     seen = ("warmup_s", "requests", "waiting", "ttft_p50", "ttft_p99", "achieved_over_offered", "in_system_mean")
     assert targets.violated(low) == [], ({k: low.get(k) for k in seen}, drained_before, result.details)
     assert targets.violated(high), ({k: high.get(k) for k in seen}, result.details)
-    for level in [*result.details["levels"].values(), low, high]:  # every level sent what it reports
-        assert level["achieved_over_offered"] >= 0.97 and not level["client_bound"], level
-    for level in result.details["levels"].values():  # started drained: no slot busy, or a 1-token request as fast as idle
-        assert level["drained"] is True, level
+    for level in [*stored, Level.of(low), Level.of(high)]:  # every level sent what it reports
+        assert (level.achieved_over_offered or 0) >= 0.97 and not level.client_bound, level
+    for level in stored:  # started drained: no slot busy, or a 1-token request as fast as idle
+        assert level.drained is True, level
 
 
 def _even_seed(rate: float, seconds: float = 8.0) -> int:

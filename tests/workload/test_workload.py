@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tuner.base.level import levels_in
 from tuner.workload import (
     Dist,
     TraceError,
@@ -199,12 +200,12 @@ def test_a_trace_with_known_reuse_is_sent_exactly_and_served_from_the_cache_as_i
     spec = LoadProbeSpec(concurrency=[1], duration=12, max_duration=14, warmup=1, workload=workload)
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 1}) as server:
         server.wait_ready()
-        level = LoadProbe(spec).run(replace(handle(server))).details["levels"]["1"]
-    assert level["requests"] >= 9 and level["errors"] == 0, level  # three chains at least
-    assert level["prompt_tokens_exact"] == 1.0, level
-    assert level["output_tokens_over_asked"] == pytest.approx(1.0, abs=0.01), level
-    assert level["cache_hit_allowed"] > 0.3, level
-    assert level["cache_hit_rate"] == pytest.approx(level["cache_hit_allowed"], abs=0.05), level
+        level = levels_in(LoadProbe(spec).run(replace(handle(server))).details)["1"]
+    assert (level.requests or 0) >= 9 and level.errors == 0, level  # three chains at least
+    assert level.prompt_tokens_exact == 1.0, level
+    assert level.output_tokens_over_asked == pytest.approx(1.0, abs=0.01), level
+    assert (level.cache_hit_allowed or 0) > 0.3, level
+    assert level.cache_hit_rate == pytest.approx(level.cache_hit_allowed, abs=0.05), level
 
 
 def test_a_space_states_its_workload_by_file_and_a_bad_trace_is_one_line_naming_file_and_line(

@@ -21,12 +21,13 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
+from tuner.base.level import Level
 from tuner.base.stats import percentiles
 
 __all__ = ["LEVEL_METRICS", "Sample", "Telemetry", "for_partition", "level_metrics", "summarize_levels"]
@@ -137,19 +138,17 @@ def level_metrics(samples: Sequence[Sample], start: float, end: float, *, tokens
 
 
 def summarize_levels(
-    samples: Sequence[Sample], levels: dict[str, dict[str, Any]], target: int
+    samples: Sequence[Sample], levels: Mapping[str, Level], target: int
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Flat metrics (``name@C``, and the target level's without ``@C``) and per-level figures,
-    from the load probe's level summaries (their ``window_at`` and output token counts)."""
+    from the load probe's levels (their ``window_at`` and output token counts)."""
     flat: dict[str, float] = {}
     per_level: dict[str, dict[str, float]] = {}
     for level, summary in levels.items():
-        window = summary.get("window_at")
+        window = summary.window_at
         if not window:
             continue
-        figures = level_metrics(
-            samples, window[0], window[1], tokens=float(summary.get("output_tokens") or 0), concurrency=int(level)
-        )
+        figures = level_metrics(samples, window[0], window[1], tokens=float(summary.output_tokens or 0), concurrency=int(level))
         per_level[level] = figures
         flat.update({f"{k}@{level}": v for k, v in figures.items()})
         if int(level) == target:

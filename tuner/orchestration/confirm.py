@@ -29,6 +29,7 @@ import optuna
 
 from tuner.base.artifacts import RunDir
 from tuner.base.exceptions import ConfigError, TunerError, describe_failure
+from tuner.base.level import Level
 from tuner.base.metrics import SLO_GOODPUT, SLO_GOODPUT_CI
 from tuner.base.records import TrialOutcome
 from tuner.host.ledger import Ledger
@@ -64,7 +65,7 @@ class Confirmation:
     short_ci: float | None
     drift: float
     broke: tuple[str, ...]
-    slices: tuple[Mapping[str, Any], ...] = ()
+    slices: tuple[Level, ...] = ()  # the first run's, a minute each
     failure: str | None = None
     at: float = field(default_factory=time.time)
     runs: tuple[Mapping[str, Any], ...] = ()  # every run: the answer's, then each step down
@@ -88,7 +89,7 @@ class Confirmation:
             "short_ci": self.short_ci,
             "drift": self.drift,
             "broke": list(self.broke),
-            "slices": [dict(s) for s in self.slices],
+            "slices": [s.to_dict() for s in self.slices],
             "failure": self.failure,
             "at": self.at,
             "runs": [dict(r) for r in self.runs],
@@ -245,7 +246,7 @@ def _confirmation(
         *short,
         float(first.get("drift") or 0.0),
         tuple(first.get("broke") or ()),
-        tuple(first.get("slices") or ()),
+        tuple(Level.from_dict(s) for s in first.get("slices") or ()),
         failure=failure,
         runs=tuple(runs),
         confirmed_answer={key: float(kept["at"])} if kept else None,

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from tuner.base import progress
+from tuner.base.level import Level
 from tuner.base.records import Capacity, ProbeResult
 from tuner.base.stats import Trend, batch_means, percentiles, trend
 from tuner.engines import counter_total
@@ -450,7 +451,7 @@ class LoadProbe(Probe):
                 metrics["output_tok_s_ci_rel"] = target["output_tok_s_ci"] / target["output_tok_s"]
         mismatch = any(s["token_mismatch"] for s in levels.values())
         metrics["token_mismatch"] = float(mismatch)
-        details = {"levels": {str(k): v for k, v in levels.items()}, "stop_reason": stop_reason}
+        details = {"levels": {str(k): Level.of(v).to_dict() for k, v in levels.items()}, "stop_reason": stop_reason}
         return ProbeResult(self.name, metrics, details)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from tuner.base import progress
+from tuner.base.level import Level
 from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
@@ -146,7 +147,8 @@ def run_verdict(spec: ConfirmProbeSpec, at: float, summary: dict[str, Any]) -> d
         if (why := client_verdict(part, its)) is not None:
             its.append(why)
         start = part["window_at"][0] - summary["window_at"][0]
-        slices.append({**{k: v for k, v in part.items() if k != "window_at"}, "index": i, "from_s": start, "broke": its})
+        figures = {**{k: v for k, v in part.items() if k != "window_at"}, "index": i, "from_s": start, "broke": its}
+        slices.append(Level.of(figures).to_dict())
     rates = [s["output_tok_s"] for s in slices if s.get("output_tok_s") is not None]
     ended_early = (summary.get("window_s") or 0.0) < spec.duration * 0.99
     held = not broke and all(not s["broke"] for s in slices) and not ended_early
@@ -163,7 +165,7 @@ def run_verdict(spec: ConfirmProbeSpec, at: float, summary: dict[str, Any]) -> d
         "growth": summary.get("growth"),
         "growth_ci": summary.get("growth_ci"),
         "growth_critical": spec.targets.critical_growth(whole),
-        "window": {k: v for k, v in summary.items() if k not in ("slices", "batch_rates")},
+        "window": Level.of({k: v for k, v in summary.items() if k not in ("slices", "batch_rates")}).to_dict(),
     }
 
 

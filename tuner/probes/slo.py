@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 
 from tuner.base import progress
+from tuner.base.level import Level
 from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
@@ -262,7 +263,7 @@ def utilisation(levels: Mapping[float, Mapping[str, Any]], broken: Mapping[float
 def _details(outcome: Search, here: set[float] | set[int]) -> dict[str, dict[str, Any]]:
     use = utilisation(outcome.levels, outcome.broken)
     return {
-        f"{lv:g}": {**_level_details(summary, outcome.broken[lv], lv in here), "utilisation": use[lv]}
+        f"{lv:g}": _level_details(summary, outcome.broken[lv], lv in here, use[lv])
         for lv, summary in sorted(outcome.levels.items())
     }
 
@@ -272,23 +273,26 @@ def _holds(outcome: Search) -> dict[str, dict[str, Any]]:
     return {f"{lv:g}": _level_details(summary, outcome.hold_broken[lv], True) for lv, summary in sorted(outcome.holds.items())}
 
 
-def _level_details(summary: Mapping[str, Any], broke: list[str], here: bool) -> dict[str, Any]:
-    """What a level measured and what it broke, as the trial keeps it."""
-    return {
-        "held": not broke,
-        "broke": broke,
-        "measured_here": here,
-        "output_tok_s": summary.get("output_tok_s"),
-        "output_tok_s_ci": summary.get("output_tok_s_ci"),
-        "window_s": summary.get("window_s"),
-        "requests": summary.get("requests"),
-        "first_error": summary.get("first_error"),
-        **{m: summary.get(m) for m in AT_LEVEL},
-        "waiting": summary.get("waiting"),  # still waiting for a first token when the window closed
-        "ttft_p99_censored": summary.get("ttft_p99_censored"),
-        **{m: summary.get(m) for m in OPEN_LOOP if m in summary},
-        **{m: summary.get(m) for m in LEVEL_EXTRA if m in summary},
-    }
+def _level_details(summary: Mapping[str, Any], broke: list[str], here: bool, utilisation: float | None = None) -> dict[str, Any]:
+    """What a level measured and what it broke, as the trial keeps it (a :class:`Level`, stored)."""
+    return Level.of(
+        {
+            "held": not broke,
+            "broke": broke,
+            "measured_here": here,
+            "output_tok_s": summary.get("output_tok_s"),
+            "output_tok_s_ci": summary.get("output_tok_s_ci"),
+            "window_s": summary.get("window_s"),
+            "requests": summary.get("requests"),
+            "first_error": summary.get("first_error"),
+            **{m: summary.get(m) for m in AT_LEVEL},
+            "waiting": summary.get("waiting"),  # still waiting for a first token when the window closed
+            "ttft_p99_censored": summary.get("ttft_p99_censored"),
+            **{m: summary.get(m) for m in OPEN_LOOP if m in summary},
+            **{m: summary.get(m) for m in LEVEL_EXTRA if m in summary},
+            "utilisation": utilisation,
+        }
+    ).to_dict()
 
 
 class Search:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tuner.base.level import Level
+
 __all__ = ["corrected", "describe", "describe_answer", "uncorrected_failure"]
 
 
@@ -44,10 +46,10 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
         f"confirmation of trial {number}: {minutes:.1f} min at {at} on a fresh server {verdict}; goodput "
         f"{found.get('goodput', 0.0):,.1f}{ci}{short}, drift {found.get('drift', 0.0):+.1%} first to last slice"
     ]
-    for part in found.get("slices") or []:
-        p99 = ", ".join(f"{n.split('_')[0].upper()} p99 {part[n] * 1000:,.0f} ms" for n in ("ttft_p99", "itl_p99") if part.get(n))
-        broke = f": broke {'; '.join(part['broke'])}" if part.get("broke") else ""
-        lines.append(f"  from {part.get('from_s', 0.0):,.0f} s: {part.get('output_tok_s') or 0:,.1f} tok/s, {p99}{broke}")
+    for part in (Level.from_dict(s) for s in found.get("slices") or []):
+        p99 = ", ".join(f"{n.upper()} p99 {v * 1000:,.0f} ms" for n, v in (("ttft", part.ttft_p99), ("itl", part.itl_p99)) if v)
+        broke = f": broke {'; '.join(part.broke)}" if part.broke else ""
+        lines.append(f"  from {part.from_s or 0.0:,.0f} s: {part.output_tok_s or 0:,.1f} tok/s, {p99}{broke}")
     if found.get("broke"):
         lines.append(f"  the whole run broke: {'; '.join(found['broke'])}")
     for run in (found.get("runs") or [])[1:]:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuner.base.level import levels_in
 from tuner.base.metrics import LOAD_OUTPUT_TOK_S
 from tuner.results.pareto import StudyFront
 from tuner.trials import StudyRecord, TrialRecord
@@ -282,9 +283,9 @@ def slo_html(study_trials: Sequence[TrialRecord], targets: Any, *, rate: bool = 
     names = [n for n in ("ttft_p99", "itl_p99", "tpot_p99") if getattr(targets, n, None) is not None]
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=[f"{n} (s)" for n in names])
     for t in study_trials:
-        levels = sorted(((float(c), v) for c, v in (t.slo.get("levels") or {}).items()), key=lambda cv: cv[0])
+        levels = sorted(((float(c), v) for c, v in levels_in(t.slo).items()), key=lambda cv: cv[0])
         for col, name in enumerate(names, start=1):
-            points = [(c, v[name]) for c, v in levels if v.get(name) is not None]
+            points = [(c, y) for c, v in levels if (y := getattr(v, name)) is not None]
             if points:
                 fig.add_trace(
                     go.Scatter(

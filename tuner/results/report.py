@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.base.exceptions import ConfigError
+from tuner.base.level import levels_in
 from tuner.base.metrics import (
     CAPACITY_CONTEXT_PER_REQUEST,
     LOAD_OUTPUT_TOK_S,
@@ -268,8 +269,8 @@ def _slo_rows(trials: list[TrialRecord]) -> list[str]:
 
 
 def _what_broke(t: TrialRecord) -> str:
-    levels = (t.slo.get("levels") or {}).get(str(int(t.metrics.get(SLO_CONCURRENCY_VIOLATED, -1))), {})
-    return "; ".join(levels.get("broke") or []) or "-"
+    level = levels_in(t.slo).get(str(int(t.metrics.get(SLO_CONCURRENCY_VIOLATED, -1))))
+    return "; ".join(level.broke or ()) if level is not None and level.broke else "-"
 
 
 def _revalidation_rows(study: StudyRecord) -> list[str]:

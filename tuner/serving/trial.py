@@ -19,6 +19,7 @@ from tuner import engines, probes
 from tuner.base import progress
 from tuner.base.artifacts import write_json
 from tuner.base.exceptions import ConfigInfeasible, CrashedUnderLoad
+from tuner.base.level import levels_in
 from tuner.base.records import ProbeResult, Timings, TrialOutcome
 from tuner.engines import Category, Command
 from tuner.host import telemetry
@@ -185,10 +186,9 @@ def _telemetry(sampler: telemetry.Telemetry, results: list[ProbeResult], space: 
     load = next((r for r in results if r.probe == "load"), None)
     if load is None or space.probes.load is None:
         return None
-    flat, per_level = telemetry.summarize_levels(
-        sampler.samples, load.details.get("levels", {}), space.probes.load.target_concurrency
-    )
-    windows = {level: summary.get("window_at") for level, summary in load.details.get("levels", {}).items()}
+    levels = levels_in(load.details)
+    flat, per_level = telemetry.summarize_levels(sampler.samples, levels, space.probes.load.target_concurrency)
+    windows = {name: list(level.window_at) if level.window_at else None for name, level in levels.items()}
     details = {"source": sampler.source, "levels": per_level, "trace": telemetry.trace(sampler.samples), "windows": windows}
     return ProbeResult("telemetry", flat, details)
 
@@ -221,14 +221,14 @@ def _first_error(results: list[ProbeResult], failed: tuple[str, BaseException] |
     """The first failed request the probes saw: probe, level, message, seconds into the level's
     window; ``fatal`` when it stopped the probe (a level given up for errors, or the probe raised)."""
     for result in results:
-        for level, summary in (result.details.get("levels") or {}).items():
-            if summary.get("first_error"):
+        for name, level in levels_in(result.details).items():
+            if level.first_error:
                 return {
                     "probe": result.probe,
-                    "concurrency": int(level),
-                    "first_error": summary["first_error"],
-                    "first_error_at_s": summary.get("first_error_at_s"),
-                    "error_rate": summary.get("error_rate"),
+                    "concurrency": int(float(name)),
+                    "first_error": level.first_error,
+                    "first_error_at_s": level.first_error_at_s,
+                    "error_rate": level.error_rate,
                     "fatal": "error rate" in str(result.details.get("stop_reason", "")),
                 }
     if failed is not None:
