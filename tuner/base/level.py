@@ -159,11 +159,6 @@ class Level:
             out[name] = value
         return out
 
-    @property
-    def completions(self) -> float | None:
-        """Requests it completed per second: the open loop's completion rate, the closed loop's req/s."""
-        return self.completion_rate if self.completion_rate is not None else self.req_s
-
 
 _NAMES = tuple(f.name for f in fields(Level))
 

@@ -270,7 +270,7 @@ def _slo_rows(trials: list[TrialRecord]) -> list[str]:
 
 def _what_broke(t: TrialRecord) -> str:
     level = levels_in(t.slo).get(str(int(t.metrics.get(SLO_CONCURRENCY_VIOLATED, -1))))
-    return "; ".join(level.broke or ()) if level is not None and level.broke else "-"
+    return "; ".join(level.broke or () if level is not None else ()) or "-"
 
 
 def _revalidation_rows(study: StudyRecord) -> list[str]:
