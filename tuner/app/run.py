@@ -6,6 +6,7 @@ is told through :class:`RunEvents`; nothing here prints."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from tuner.base.artifacts import RunDir
 from tuner.base.credentials import mask
 from tuner.base.exceptions import ConfigError
 from tuner.base.units import format_duration, parse_duration
-from tuner.host import telemetry
+from tuner.host import busy, telemetry
 from tuner.host.devices import GpuHygiene
 from tuner.host.ledger import Ledger
 from tuner.host.partitions import Partition, make_partitions
@@ -41,7 +42,7 @@ from tuner.trials import StudyRecord, read_study
 from tuner.trials.lock import StudyLock
 from tuner.trials.study import open_study
 
-__all__ = ["RunConfig", "RunEvents", "RunResult", "configure", "plan_lines", "run_study"]
+__all__ = ["RunConfig", "RunEvents", "RunResult", "configure", "plan_lines", "run_study", "trial_cores"]
 
 EXECUTORS = ("ray", "inline")
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -173,6 +174,8 @@ def _run_locked(config: RunConfig, study: optuna.Study, run_dir: RunDir, lock: S
     say(expected_line(space, budget=config.trials, max_parallel=config.max_parallel, installed=installed))  # before the install
     adapter.provision(events.progress)
     deadline = _deadline(config, began, say)
+    if config.ray_address is None and (warning := busy.describe(busy.busy_cores(trial_cores(config.space)))):
+        say(warning)  # before Ray or any server of ours starts: what the sample sees is other work
     ledger = Ledger(run_dir.root / "servers")
     names = config.objective.metric_names
     say(f"study {config.study}: {config.source} ({space.engine}), {config.trials} trials, objectives {names}")
@@ -241,6 +244,16 @@ def _deadline(config: RunConfig, began: float, say: Callable[[str], None]) -> De
     if not deadline.room_for_trial(0):
         say("  no trial fits in what the install left: run `tune run` again (the install is cached) for the search")
     return deadline
+
+
+def trial_cores(space: SearchSpace) -> set[int]:
+    """The CPU cores this run's trials use on this host: a CPU partition's own cores, a GPU
+    partition's server and client cores (all this process may use where trials are sized per trial)."""
+    hw = space.hardware
+    if not isinstance(hw.per_trial, int):
+        return set(hw.devices) if hw.kind == "cpu" else os.sched_getaffinity(0)
+    partitions = make_partitions(hw.kind, hw.devices, hw.per_trial)
+    return {core for p in partitions for core in (p.devices if p.kind == "cpu" else (*p.cpus, *p.client_cpus))}
 
 
 def _layout(config: RunConfig, runner: Executor, say: Callable[[str], None]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ProcStat", "cmdline", "listeners", "processes", "stat", "uptime_ticks"]
+__all__ = ["ProcStat", "cmdline", "core_ticks", "listeners", "processes", "stat", "uptime_ticks"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,23 @@ def cmdline(pid: int) -> str:
             return f.read().split(b"\0")[0].decode(errors="replace")[:200]
     except OSError:
         return ""
+
+
+def core_ticks(text: str | None = None) -> dict[int, tuple[int, int]]:
+    """Each core's (busy, total) clock ticks since boot from /proc/stat's ``cpuN`` lines (``text``:
+    that file's content, read now when None); idle and iowait are not busy. Empty off Linux."""
+    if text is None:
+        try:
+            text = Path("/proc/stat").read_text()
+        except OSError:
+            return {}
+    ticks = {}
+    for line in text.splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            counts = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+            ticks[int(name[3:])] = (sum(counts) - counts[3] - counts[4], sum(counts))
+    return ticks
 
 
 def uptime_ticks() -> int | None:
