@@ -38,6 +38,9 @@ def _run(at: float, held: bool, goodput: float) -> dict[str, Any]:
         "seconds": 420.0 if held else 60.0,
         "broke": [] if held else ["ttft_p99 2.9 > 1"],
         "goodput": goodput,
+        "ttft_p99": 0.4 if held else 2.9,
+        "achieved_over_offered": 1.0,
+        "completion_rate": at - 0.3,
     }
 
 
@@ -61,6 +64,11 @@ def test_the_reader_shows_a_trial_at_its_confirmed_answer_and_keeps_the_search_s
     assert after.metrics["slo.rate"] == 54.0 and after.metrics["slo.rate_violated"] == 60.0
     assert after.metrics["slo.goodput"] == 6800.0 and after.metrics["slo.goodput_ci"] == 150.0
     assert after.searched["slo.rate"] == 60 and after.searched["slo.goodput"] == before.metrics["slo.goodput"]
+    # the figures at the answer are the run's that held there, not the search's at 60/s (on the H200
+    # status said "35 requests/s (... 47.4/s completed; held 60 s)" of a 7-minute run at 35: the 48's)
+    assert (after.metrics["slo.completion_rate"], after.metrics["slo.held_s"], after.metrics["slo.ttft_p99"]) == (53.7, 420, 0.4)
+    assert "slo.send_lag_p99" not in after.metrics
+    assert after.searched["slo.completion_rate"] == before.metrics["slo.completion_rate"]
     assert after.values is not None and after.values[0] == 6800.0  # slo.goodput is the first objective
     assert corrected(after.confirmed) == {"rate": 54.0} and not uncorrected_failure(after.confirmed)
     chosen = pick(read_study(study), "knee")
@@ -68,6 +76,7 @@ def test_the_reader_shows_a_trial_at_its_confirmed_answer_and_keeps_the_search_s
     assert tune_here("status", "--study", NAME, "--storage", f"sqlite:///{tmp_path}/runs/{NAME}/study.db") == 0
     out = capsys.readouterr().out
     assert "within the SLO: 54 requests/s" in out and "the answer is now 54 requests/s" in out, out
+    assert "100.0% of the schedule sent, 53.7/s completed; held 420 s)" in out, out
 
 
 def test_export_refuses_an_answer_that_broke_with_no_load_below_that_held_unless_forced(

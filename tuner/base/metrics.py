@@ -28,6 +28,18 @@ SLO_LEVELS = "slo.levels"
 SLO_RATE = "slo.rate"
 SLO_RATE_CLIENT_BOUND = "slo.rate_client_bound"
 SLO_RATE_VIOLATED = "slo.rate_violated"
+# the figures the SLO probe stores of the level at its answer, each as ``slo.<figure>``: every
+# loop's, and the open loop's (what was asked and what was delivered)
+SLO_AT_LEVEL = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
+SLO_AT_RATE = (
+    "offered_rate",
+    "achieved_rate",
+    "achieved_over_offered",
+    "completion_rate",
+    "send_lag_p99",
+    "backlog_growth",
+    "growth",
+)
 
 TELEMETRY_POWER_W = "telemetry.power_w"
 TELEMETRY_TOKENS_PER_JOULE = "telemetry.tokens_per_joule"
@@ -43,6 +55,8 @@ __all__ = [
     "RECALL_EFFECTIVE_CONTEXT",
     "SERVED_CONTEXT",
     "SLO_ACHIEVED_OVER_OFFERED",
+    "SLO_AT_LEVEL",
+    "SLO_AT_RATE",
     "SLO_COMPLETION_RATE",
     "SLO_CONCURRENCY",
     "SLO_CONCURRENCY_VIOLATED",

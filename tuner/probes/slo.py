@@ -39,6 +39,7 @@ import httpx
 
 from tuner.base import progress
 from tuner.base.level import Level
+from tuner.base.metrics import SLO_AT_LEVEL, SLO_AT_RATE
 from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
@@ -49,17 +50,8 @@ __all__ = ["SloProbe", "search", "search_rate"]
 
 logger = logging.getLogger(__name__)
 
-AT_LEVEL = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
-# the open loop's, at the answer: what was asked and what was delivered (tuner.probes.load.open_loop_figures)
-AT_RATE = (
-    "offered_rate",
-    "achieved_rate",
-    "achieved_over_offered",
-    "completion_rate",
-    "send_lag_p99",
-    "backlog_growth",
-    "growth",
-)
+# the answer's level's figures the probe stores as metrics (slo.<figure>)
+AT_LEVEL, AT_RATE = SLO_AT_LEVEL, SLO_AT_RATE
 OPEN_LOOP = (
     *AT_RATE, "rate", "client_bound", "client_late", "growth_ci", "growth_batches", "in_system_mean", "send_lag_p50",
     "send_lag_max", "senders", "client_cores", "sender_failures",

@@ -15,7 +15,17 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.base.metrics import SLO_CONCURRENCY, SLO_CONCURRENCY_VIOLATED, SLO_GOODPUT, SLO_GOODPUT_CI, SLO_RATE, SLO_RATE_VIOLATED
+from tuner.base.metrics import (
+    SLO_AT_LEVEL,
+    SLO_AT_RATE,
+    SLO_CONCURRENCY,
+    SLO_CONCURRENCY_VIOLATED,
+    SLO_GOODPUT,
+    SLO_GOODPUT_CI,
+    SLO_HELD_S,
+    SLO_RATE,
+    SLO_RATE_VIOLATED,
+)
 from tuner.trials import _keys as k
 
 __all__ = ["Kind", "StudyRecord", "TrialRecord", "read_lease", "read_study", "read_trials"]
@@ -220,7 +230,9 @@ class StudyRecord:
 def corrected_metrics(metrics: Mapping[str, float], confirmed: Mapping[str, Any] | None) -> dict[str, float] | None:
     """The trial's metrics with the SLO answer its confirmation found to hold below the search's
     (a run at the answer broke, a step down held throughout: tuner.orchestration.confirm): the answer, its
-    goodput and CI, and the lowest load that broke above it. None where nothing was corrected."""
+    goodput and CI, the lowest load that broke above it, and the figures measured at the answer
+    (latencies, delivery, completions, how long it held) from the run that held there: the search's
+    were of a load that is no longer the answer. None where nothing was corrected."""
     kept = (confirmed or {}).get("confirmed_answer")
     if not kept or dict(kept) == dict((confirmed or {}).get("answer") or {}):
         return None
@@ -228,7 +240,13 @@ def corrected_metrics(metrics: Mapping[str, float], confirmed: Mapping[str, Any]
     rate = "rate" in kept
     answer, violated = (SLO_RATE, SLO_RATE_VIOLATED) if rate else (SLO_CONCURRENCY, SLO_CONCURRENCY_VIOLATED)
     at = float(kept["rate" if rate else "concurrency"])
-    found = {**metrics, answer: at}
+    figures = {f"slo.{name}": name for name in (*SLO_AT_LEVEL, *SLO_AT_RATE)}
+    found = {key: value for key, value in metrics.items() if key not in figures and key != SLO_HELD_S}
+    found[answer] = at
+    held: Mapping[str, Any] = next((r for r in confirmed.get("runs") or () if r.get("held") and float(r.get("at", -1)) == at), {})
+    found.update({key: float(held[name]) for key, name in figures.items() if isinstance(held.get(name), (int, float))})
+    if held.get("seconds") is not None:
+        found[SLO_HELD_S] = float(held["seconds"])
     if confirmed.get("confirmed_goodput") is not None:
         found[SLO_GOODPUT] = float(confirmed["confirmed_goodput"])
     found.pop(SLO_GOODPUT_CI, None)
