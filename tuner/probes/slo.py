@@ -50,10 +50,8 @@ __all__ = ["SloProbe", "search", "search_rate"]
 
 logger = logging.getLogger(__name__)
 
-# the answer's level's figures the probe stores as metrics (slo.<figure>)
-AT_LEVEL, AT_RATE = SLO_AT_LEVEL, SLO_AT_RATE
 OPEN_LOOP = (
-    *AT_RATE, "rate", "client_bound", "client_late", "growth_ci", "growth_batches", "in_system_mean", "send_lag_p50",
+    *SLO_AT_RATE, "rate", "client_bound", "client_late", "growth_ci", "growth_batches", "in_system_mean", "send_lag_p50",
     "send_lag_max", "senders", "client_cores", "sender_failures",
 )  # fmt: skip
 LEVEL_EXTRA = ("horizon_s", "decisive", "drain_s", "drained", "drained_by", "ci_target_met")
@@ -73,9 +71,9 @@ class SloProbe(Probe):
 
     @classmethod
     def metric_names(cls, spec: SloProbeSpec) -> set[str]:
-        common = {"goodput", "goodput_ci", "levels", "bound", "held_s", *AT_LEVEL}
+        common = {"goodput", "goodput_ci", "levels", "bound", "held_s", *SLO_AT_LEVEL}
         if spec.mode == "rate":
-            return {"rate", "rate_violated", "rate_client_bound", *common, *AT_RATE}
+            return {"rate", "rate_violated", "rate_client_bound", *common, *SLO_AT_RATE}
         return {"concurrency", "concurrency_violated", *common}
 
     def see(self, earlier: Sequence[ProbeResult]) -> None:
@@ -223,9 +221,9 @@ def _metrics(outcome: Search, answer: str, levels_run: int, bound: float) -> dic
     if best is not None:
         if best.get("output_tok_s_ci") is not None:
             metrics["goodput_ci"] = float(best["output_tok_s_ci"])
-        metrics.update({m: float(best[m]) for m in AT_LEVEL if best.get(m) is not None})
+        metrics.update({m: float(best[m]) for m in SLO_AT_LEVEL if best.get(m) is not None})
         if answer == "rate":
-            metrics.update({m: float(best[m]) for m in AT_RATE if best.get(m) is not None})
+            metrics.update({m: float(best[m]) for m in SLO_AT_RATE if best.get(m) is not None})
         if best.get("window_s") is not None and outcome.answer in outcome.holds:
             metrics["held_s"] = float(best["window_s"])
     if outcome.broke is not None:
@@ -277,7 +275,7 @@ def _level_details(summary: Mapping[str, Any], broke: list[str], here: bool, uti
             "window_s": summary.get("window_s"),
             "requests": summary.get("requests"),
             "first_error": summary.get("first_error"),
-            **{m: summary.get(m) for m in AT_LEVEL},
+            **{m: summary.get(m) for m in SLO_AT_LEVEL},
             "waiting": summary.get("waiting"),  # still waiting for a first token when the window closed
             "ttft_p99_censored": summary.get("ttft_p99_censored"),
             **{m: summary.get(m) for m in OPEN_LOOP if m in summary},
