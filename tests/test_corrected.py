@@ -68,6 +68,9 @@ def test_the_reader_shows_a_trial_at_its_confirmed_answer_and_keeps_the_search_s
     # status said "35 requests/s (... 47.4/s completed; held 60 s)" of a 7-minute run at 35: the 48's)
     assert (after.metrics["slo.completion_rate"], after.metrics["slo.held_s"], after.metrics["slo.ttft_p99"]) == (53.7, 420, 0.4)
     assert "slo.send_lag_p99" not in after.metrics
+    # the per-GPU goodput follows (on the H200 the pick's metrics said 6,081 per GPU of one GPU beside
+    # a goodput of 4,440: the search's at 48/s)
+    assert after.metrics["slo.goodput_per_gpu"] == 6800.0 and after.metrics["slo.goodput_per_gpu_ci"] == 150.0
     assert after.searched["slo.completion_rate"] == before.metrics["slo.completion_rate"]
     assert after.values is not None and after.values[0] == 6800.0  # slo.goodput is the first objective
     assert corrected(after.confirmed) == {"rate": 54.0} and not uncorrected_failure(after.confirmed)
@@ -170,3 +173,15 @@ def test_a_confirmation_cut_short_keeps_its_finished_runs_and_resumes_a_step_bel
     assert after is not None and after.metrics["slo.rate"] == 54.0 and not uncorrected_failure(after.confirmed)
     with pytest.raises(ConfigError, match="already held at 54 requests/s"):
         confirm(study, space, run_dir, holds, pick(read_study(study), "knee"), seconds=420.0, resume=True)  # type: ignore[arg-type]
+
+
+def test_an_objective_on_goodput_per_gpu_takes_the_corrected_figure() -> None:
+    """A space that ranks by slo.goodput_per_gpu (configs of several sizes) ranks a corrected trial
+    by the goodput per GPU at its confirmed answer, in its values and its re-runs'."""
+    from tuner.trials._record import _corrected_values
+
+    metrics = {"slo.goodput_per_gpu": 3400.0, "recall.effective_context": 8192.0}
+    values, again = _corrected_values(
+        (3757.0, 8192.0), {"runs": [[3700.0, 8192.0]]}, metrics, ["slo.goodput_per_gpu", "recall.effective_context"]
+    )
+    assert values == (3400.0, 8192.0) and again is not None and again["runs"] == [[3400.0, 8192.0]]

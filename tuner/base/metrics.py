@@ -23,6 +23,8 @@ SLO_CONCURRENCY = "slo.concurrency"
 SLO_CONCURRENCY_VIOLATED = "slo.concurrency_violated"
 SLO_GOODPUT = "slo.goodput"
 SLO_GOODPUT_CI = "slo.goodput_ci"
+SLO_GOODPUT_PER_GPU = "slo.goodput_per_gpu"
+SLO_GOODPUT_PER_GPU_CI = "slo.goodput_per_gpu_ci"
 SLO_HELD_S = "slo.held_s"
 SLO_LEVELS = "slo.levels"
 SLO_RATE = "slo.rate"
@@ -62,6 +64,8 @@ __all__ = [
     "SLO_CONCURRENCY_VIOLATED",
     "SLO_GOODPUT",
     "SLO_GOODPUT_CI",
+    "SLO_GOODPUT_PER_GPU",
+    "SLO_GOODPUT_PER_GPU_CI",
     "SLO_HELD_S",
     "SLO_LEVELS",
     "SLO_RATE",

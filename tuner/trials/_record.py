@@ -22,6 +22,8 @@ from tuner.base.metrics import (
     SLO_CONCURRENCY_VIOLATED,
     SLO_GOODPUT,
     SLO_GOODPUT_CI,
+    SLO_GOODPUT_PER_GPU,
+    SLO_GOODPUT_PER_GPU_CI,
     SLO_HELD_S,
     SLO_RATE,
     SLO_RATE_VIOLATED,
@@ -249,13 +251,28 @@ def corrected_metrics(metrics: Mapping[str, float], confirmed: Mapping[str, Any]
         found[SLO_HELD_S] = float(held["seconds"])
     if confirmed.get("confirmed_goodput") is not None:
         found[SLO_GOODPUT] = float(confirmed["confirmed_goodput"])
-    found.pop(SLO_GOODPUT_CI, None)
+    found.pop(SLO_GOODPUT_CI, None), found.pop(SLO_GOODPUT_PER_GPU_CI, None)
     if confirmed.get("confirmed_ci") is not None:
         found[SLO_GOODPUT_CI] = float(confirmed["confirmed_ci"])
+    found.update(_per_gpu(metrics, found))
     above = [float(r["at"]) for r in confirmed.get("runs") or () if not r.get("held") and float(r.get("at", 0)) > at]
     if above:
         found[violated] = min([*above, metrics.get(violated, float("inf"))])
     return found
+
+
+def _per_gpu(searched: Mapping[str, float], found: Mapping[str, float]) -> dict[str, float]:
+    """The corrected goodput (and its CI) per GPU, over the GPUs the search divided by
+    (tuner.probes.load.per_gpu): the search's per-GPU figure was of the load that broke. Nothing
+    where the search stored none."""
+    goodput, per = searched.get(SLO_GOODPUT), searched.get(SLO_GOODPUT_PER_GPU)
+    if not goodput or not per or SLO_GOODPUT not in found:
+        return {}
+    gpus = max(1, round(goodput / per))
+    fixed = {SLO_GOODPUT_PER_GPU: found[SLO_GOODPUT] / gpus}
+    if SLO_GOODPUT_CI in found:
+        fixed[SLO_GOODPUT_PER_GPU_CI] = found[SLO_GOODPUT_CI] / gpus
+    return fixed
 
 
 def _corrected_values(
@@ -266,7 +283,11 @@ def _corrected_values(
 ) -> tuple[tuple[float, ...] | None, Mapping[str, Any] | None]:
     """The objective values (and each fresh-server run's) with the corrected SLO figures: the long
     run at the confirmed answer stands for the config, not the short windows of the search."""
-    where = {j: metrics[name] for j, name in enumerate(objectives) if name in (SLO_GOODPUT, SLO_RATE, SLO_CONCURRENCY)}
+    where = {
+        j: metrics[name]
+        for j, name in enumerate(objectives)
+        if name in (SLO_GOODPUT, SLO_GOODPUT_PER_GPU, SLO_RATE, SLO_CONCURRENCY)
+    }
     if not where:
         return values, revalidated
 
