@@ -8,7 +8,9 @@
 #   STUDY=h200-vllm-goodput-rate PHASE=tune|bench  # the open-loop answer (search_spaces/h200-vllm-goodput-rate.yaml),
 #                                              # benched with --request-rate R and 1.15 R, SECONDS_PER_RUN (60) s each
 #                                              # (ABOVE_SECONDS: the 1.15 R run's, where a break shows early),
-#                                              # split over SPLIT (4) vllm bench processes at R/SPLIT each, merged
+#                                              # split over SPLIT (4) vllm bench processes at R/SPLIT each, merged;
+#                                              # ONLY=answer|above: that level alone on its own server (5 minutes each
+#                                              # need two commands: SECONDS_PER_RUN=300 ONLY=answer, then ONLY=above)
 #   PHASE=confirm CONFIRM=7m STEPS=3           # the pick at its SLO answer for CONFIRM on a fresh server (tune validate --confirm),
 #                                              # stepping down 10 % (at most STEPS times) where it breaks;
 #                                              # the runs it finished are stored also when `timeout` cuts it, and
@@ -49,9 +51,9 @@ elif [ "$PHASE" = confirm ]; then
   python3 -m tuner export --study "$study" --format json > "$out/$study-export.json" 2> "$out/$study-export.err"
 else
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
-    python3 benchmarks/goodput_crosscheck.py --study "$study" --out "$out/$study-bench" \
+    python3 benchmarks/goodput_crosscheck.py --study "$study" --out "$out/$study-bench${ONLY:+-$ONLY}" \
     --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}" --split "${SPLIT:-4}" \
-    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"}
+    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"} ${ONLY:+--only "$ONLY"}
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
 fi
 tar czf "$out/runs-$study.tgz" --exclude=servers -C runs "$study"
