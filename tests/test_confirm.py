@@ -20,7 +20,7 @@ import yaml
 from tests.conftest import tiny_space
 from tuner.base.level import Level, levels_in
 from tuner.host.ledger import Ledger
-from tuner.probes.long_run import RUNS_FILE, drift, loads, run_verdict, verdict
+from tuner.probes.long_run import PARTIAL_FILE, RUNS_FILE, drift, loads, run_verdict, verdict
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.1)
@@ -79,6 +79,20 @@ def test_a_run_that_breaks_steps_the_load_down_until_one_holds_and_that_is_the_c
     assert none.metrics["confirmed"] == 0.0 and none.details["confirmed"] is None
 
 
+def test_a_run_so_far_says_what_it_broke_already_and_leaves_the_growth_to_the_whole_run() -> None:
+    from tuner.probes.long_run import run_so_far
+
+    spec = ConfirmProbeSpec(rate=40.0, duration=420, slice=60, targets=TARGETS)
+    fine = run_so_far(
+        spec,
+        40.0,
+        {"window_s": 200.0, "output_tok_s": 4000.0, "ttft_p99": 0.1, "itl_p99": 0.02, "error_rate": 0.0, "growth": 9.0},
+    )
+    assert fine["broke"] == [] and fine["seconds"] == 200.0 and fine["of"] == 420 and fine["growth"] == 9.0
+    late = run_so_far(spec, 40.0, {"window_s": 90.0, "output_tok_s": 3000.0, "ttft_p99": 9.0, "itl_p99": 0.02, "error_rate": 0.0})
+    assert [b.split()[0] for b in late["broke"]] == ["ttft_p99"], late
+
+
 def test_drift_is_the_trend_across_the_run() -> None:
     assert drift([100.0, 100.0, 100.0]) == 0.0
     assert drift([100.0, 95.0, 90.0, 85.0]) == pytest.approx(-15 / 92.5)
@@ -126,6 +140,7 @@ def test_a_confirmation_that_breaks_steps_the_answer_down_and_confirms_the_load_
         result = ConfirmProbe(spec).run(replace(handle(server), keep=tmp_path))
     assert len(result.details["runs"]) == 2, result.details
     written = [json.loads(line) for line in (tmp_path / RUNS_FILE).read_text().splitlines()]  # each as it ended
+    assert not (tmp_path / PARTIAL_FILE).exists()  # the figures so far of a run under way go once it ends
     assert [(r["at"], r["held"]) for r in written] == [(2.0, False), (1.0, True)], written
     first, second = result.details["runs"]
     assert not first["held"] and first["ended_early"] and first["seconds"] < 7, first

@@ -116,8 +116,8 @@ class _Cut:
 
     max_parallel = 1
 
-    def __init__(self, runs: list[dict[str, Any]], *, cut: bool) -> None:
-        self.runs, self.cut = runs, cut
+    def __init__(self, runs: list[dict[str, Any]], *, cut: bool, so_far: dict[str, Any] | None = None) -> None:
+        self.runs, self.cut, self.so_far = runs, cut, so_far
         self.asked: list[Any] = []
 
     def submit(self, space: Any, params: dict[str, Any], trial_dir: Path, partition: Any, ledger: Any = None) -> Any:
@@ -130,6 +130,10 @@ class _Cut:
         self.asked.append(space.probes.confirm)
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / RUNS_FILE).write_text("".join(json.dumps(r) + "\n" for r in self.runs))
+        if self.so_far is not None:  # the run under way when the cut came, as the probe keeps it
+            from tuner.probes.long_run import PARTIAL_FILE, run_so_far
+
+            (trial_dir / PARTIAL_FILE).write_text(json.dumps(run_so_far(space.probes.confirm, 54.0, self.so_far)))
         if self.cut:
             raise SystemExit(143)
         done: Future[Any] = Future()
@@ -155,7 +159,9 @@ def test_a_confirmation_cut_short_keeps_its_finished_runs_and_resumes_a_step_bel
 
     study = _study(tmp_path)
     space, run_dir = stored_space(study), RunDir(tmp_path / "runs" / NAME)
-    cut = _Cut([{**_run(60.0, False, 6900.0), "slices": [], "drift": -0.1}], cut=True)
+    # cut 414 s into the 7-minute run at 54/s (the H200's cut run: 6 s short, and nothing kept of it)
+    so_far = {"window_s": 414.0, "output_tok_s": 6790.0, "ttft_p99": 0.42, "itl_p99": 0.031, "error_rate": 0.0, "growth": 0.002}
+    cut = _Cut([{**_run(60.0, False, 6900.0), "slices": [], "drift": -0.1}], cut=True, so_far=so_far)
     with pytest.raises(SystemExit):
         confirm(study, space, run_dir, cut, pick(read_study(study), "knee"), seconds=420.0, steps=2)  # type: ignore[arg-type]
     assert cut.asked[0].rate == 60.0 and cut.asked[0].steps == 2
@@ -163,7 +169,13 @@ def test_a_confirmation_cut_short_keeps_its_finished_runs_and_resumes_a_step_bel
     assert stored is not None and stored.confirmed is not None
     assert [r["at"] for r in stored.confirmed["runs"]] == [60.0] and stored.confirmed["failure"] == "interrupted (SystemExit)"
     assert uncorrected_failure(stored.confirmed) and stored.metrics["slo.rate"] == 60
-    assert "cut short after 1 run(s)" in "\n".join(describe(stored.confirmed, 0))
+    said = "\n".join(describe(stored.confirmed, 0))
+    assert "cut short after 1 run(s)" in said
+    assert stored.confirmed["cut_run"]["at"] == 54.0 and stored.confirmed["cut_run"]["seconds"] == 414.0
+    assert (
+        "the run at 54 requests/s was cut after 414 s of 420: within the SLO so far: goodput 6,790.0, TTFT p99 420 ms, "
+        "ITL p99 31 ms, growth +0.002/s (not a verdict" in said
+    ), said
     holds = _Cut([{**_run(54.0, True, 6800.0), "goodput_ci": 150.0}], cut=False)
     found = confirm(study, space, run_dir, holds, pick(read_study(study), "knee"), seconds=420.0, steps=0, resume=True)  # type: ignore[arg-type]
     assert holds.asked[0].rate == pytest.approx(54.0) and holds.asked[0].steps == 0

@@ -35,7 +35,7 @@ from tuner.base.records import TrialOutcome
 from tuner.host.ledger import Ledger
 from tuner.launching.executors import Executor
 from tuner.launching.scheduler import Scheduler
-from tuner.probes.long_run import RUNS_FILE, step_below
+from tuner.probes.long_run import PARTIAL_FILE, RUNS_FILE, step_below
 from tuner.results.confirmation import describe_answer
 from tuner.results.pick import Candidate
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
@@ -72,6 +72,7 @@ class Confirmation:
     confirmed_answer: Mapping[str, float] | None = None  # the load that held throughout (None: none did)
     confirmed_goodput: float | None = None
     confirmed_ci: float | None = None
+    cut_run: Mapping[str, Any] | None = None  # the run a cut ended, its figures so far (tuner.probes.long_run.run_so_far)
 
     @property
     def corrected(self) -> bool:
@@ -96,6 +97,7 @@ class Confirmation:
             "confirmed_answer": dict(self.confirmed_answer) if self.confirmed_answer is not None else None,
             "confirmed_goodput": self.confirmed_goodput,
             "confirmed_ci": self.confirmed_ci,
+            "cut_run": dict(self.cut_run) if self.cut_run is not None else None,
         }
 
 
@@ -163,13 +165,13 @@ def confirm(
         result = _run(scheduler, dict(chosen.trial.params), where)
     except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C, SIGTERM (`timeout`): keep the runs that finished
         runs, failure = _runs(f"interrupted ({type(exc).__name__})", where)
-        if runs:
-            save_confirmation(
-                study, chosen.number, _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure).to_dict()
-            )
+        cut = _cut_run(where)
+        if runs or before or (cut is not None and chosen.trial.confirmed is None):  # a bare cut replaces no earlier verdict
+            found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut)
+            save_confirmation(study, chosen.number, found.to_dict())
         raise
     runs, failure = _runs(result, where)
-    found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure)
+    found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, _cut_run(where) if failure else None)
     save_confirmation(study, chosen.number, found.to_dict())
     return found
 
@@ -225,14 +227,31 @@ def _runs(result: TrialOutcome | str, where: Path) -> tuple[list[Mapping[str, An
     return [json.loads(line) for line in lines if line.strip()], result
 
 
+def _cut_run(where: Path) -> dict[str, Any] | None:
+    """The run a cut ended, as it had gone so far (:data:`PARTIAL_FILE`; None: no run was under way)."""
+    kept = where / PARTIAL_FILE
+    try:
+        return dict(json.loads(kept.read_text())) if kept.is_file() else None
+    except (OSError, ValueError) as exc:
+        logger.warning("confirm: %s unreadable (%s): the cut run's figures are lost", kept, exc)
+        return None
+
+
 def _confirmation(
-    trial: TrialRecord, answer: Mapping[str, float], seconds: float, runs: Sequence[Mapping[str, Any]], failure: str | None
+    trial: TrialRecord,
+    answer: Mapping[str, float],
+    seconds: float,
+    runs: Sequence[Mapping[str, Any]],
+    failure: str | None,
+    cut: Mapping[str, Any] | None = None,
 ) -> Confirmation:
-    """The stored confirmation: the first run's verdict at the search's answer, every run, and the
-    load that held (the first run that held throughout)."""
+    """The stored confirmation: the first run's verdict at the search's answer, every run, the
+    load that held (the first run that held throughout), and the run a cut ended (``cut``)."""
     short = (trial.metrics.get(SLO_GOODPUT), trial.metrics.get(SLO_GOODPUT_CI))
     if not runs:
-        return Confirmation(trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure=failure or "no result")
+        return Confirmation(
+            trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure=failure or "no result", cut_run=cut
+        )
     first = runs[0]
     kept = next((r for r in runs if r.get("held")), None)
     key = next(iter(answer))
@@ -252,4 +271,5 @@ def _confirmation(
         confirmed_answer={key: float(kept["at"])} if kept else None,
         confirmed_goodput=float(kept["goodput"]) if kept else None,
         confirmed_ci=kept.get("goodput_ci") if kept else None,
+        cut_run=cut,
     )

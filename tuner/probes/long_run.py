@@ -15,7 +15,9 @@ hold), and the load steps down by ``step`` (10 %) after the server has drained, 
 the same length, until one holds (the confirmed answer), at most ``steps`` times and within
 ``budget``. The result keeps every run: the first (the search's answer) and the confirmed one.
 Each run, as it ends, is also appended to ``confirm-runs.jsonl`` in the trial's folder
-(:data:`RUNS_FILE`), so a confirmation cut short (a deadline, a stop) keeps the runs it finished.
+(:data:`RUNS_FILE`), so a confirmation cut short (a deadline, a stop) keeps the runs it finished;
+the run in progress keeps its figures so far in ``confirm-partial.json`` (:data:`PARTIAL_FILE`,
+rewritten every few seconds), so one cut minutes in still says how long it held and how.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -37,11 +40,23 @@ from tuner.probes._senders import Senders
 from tuner.probes.load import LoadProbe, Window, client_verdict
 from tuner.space.schema import ConfirmProbeSpec
 
-__all__ = ["RUNS_FILE", "ConfirmProbe", "drift", "kept_run", "loads", "run_verdict", "step_below", "verdict"]
+__all__ = [
+    "PARTIAL_FILE",
+    "RUNS_FILE",
+    "ConfirmProbe",
+    "drift",
+    "kept_run",
+    "loads",
+    "run_so_far",
+    "run_verdict",
+    "step_below",
+    "verdict",
+]
 
 logger = logging.getLogger(__name__)
 
 RUNS_FILE = "confirm-runs.jsonl"  # in the trial's folder: one line per finished run, as the result keeps it
+PARTIAL_FILE = "confirm-partial.json"  # in the trial's folder: the run in progress, its figures so far
 AT_RUN = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
 
 
@@ -82,7 +97,7 @@ class ConfirmProbe(Probe):
                         f"confirm: {_label(spec, at)} for {spec.duration:g}s" + (f" (step {len(runs)})" if runs else "")
                     )
                     settled = await probe.settle(client, server)
-                    window = Window(spec.duration, spec.duration, enough=self._broken_already)
+                    window = Window(spec.duration, spec.duration, enough=self._looked_at(server, at))
                     if spec.rate is not None:
                         summary = await probe.rate_level(
                             senders, server, prompts, at, seed=1000 + len(runs), slice_s=spec.slice, window=window
@@ -93,9 +108,24 @@ class ConfirmProbe(Probe):
                     if server.keep is not None:
                         with (server.keep / RUNS_FILE).open("a") as out:
                             out.write(json.dumps(kept_run(runs[-1]), default=str) + "\n")
+                        (server.keep / PARTIAL_FILE).unlink(missing_ok=True)
                     if runs[-1]["held"]:
                         break
         return verdict(spec, runs)
+
+    def _looked_at(self, server: ServerHandle, at: float) -> Callable[[dict[str, Any]], bool]:
+        """The window's ``enough``: keeps the run's figures so far in the trial's folder (what a
+        cut leaves of it), and ends the run once it cannot hold."""
+        spec = self.spec
+
+        def enough(figures: dict[str, Any]) -> bool:
+            if server.keep is not None:
+                kept = server.keep / PARTIAL_FILE
+                kept.with_suffix(".tmp").write_text(json.dumps(run_so_far(spec, at, figures), default=str))
+                kept.with_suffix(".tmp").replace(kept)
+            return self._broken_already(figures)
+
+        return enough
 
     def _broken_already(self, figures: dict[str, Any]) -> bool:
         """A run whose figures so far (a slice at least) break a latency or error target cannot hold
@@ -166,6 +196,28 @@ def run_verdict(spec: ConfirmProbeSpec, at: float, summary: dict[str, Any]) -> d
         "growth_ci": summary.get("growth_ci"),
         "growth_critical": spec.targets.critical_growth(whole),
         "window": Level.of({k: v for k, v in summary.items() if k not in ("slices", "batch_rates")}).to_dict(),
+    }
+
+
+SO_FAR = ("ttft_p99", "itl_p99", "error_rate", "achieved_over_offered", "completion_rate", "growth", "growth_ci")
+
+
+def run_so_far(spec: ConfirmProbeSpec, at: float, figures: dict[str, Any]) -> dict[str, Any]:
+    """A run in progress as a cut leaves it: how long it has measured of its length, its goodput
+    and p99s over that time, and what of the SLO they break already (the growth is judged only
+    at the end, over the whole run: not here)."""
+    assert spec.targets is not None
+    latency = {k: v for k, v in figures.items() if k != "growth"}
+    broke = spec.targets.violated(latency)
+    if (why := client_verdict(latency, broke)) is not None:
+        broke.append(why)
+    return {
+        "at": at,
+        "seconds": figures.get("window_s"),
+        "of": spec.duration,
+        "goodput": figures.get("output_tok_s"),
+        "broke": broke,
+        **{k: figures.get(k) for k in SO_FAR if figures.get(k) is not None},
     }
 
 

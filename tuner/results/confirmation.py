@@ -34,7 +34,7 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
     """Lines that say what a stored confirmation (``confirmed.<n>``) found."""
     at = describe_answer(found.get("answer") or {})
     if found.get("failure") and not found.get("runs"):
-        return [f"confirmation of trial {number} at {at}: no result ({found['failure']})"]
+        return [f"confirmation of trial {number} at {at}: no result ({found['failure']})", *_cut(found)]
     minutes = found.get("seconds", 0.0) / 60
     verdict = "held the SLO throughout" if found.get("held") else "did NOT hold the SLO throughout"
     ci = f" +- {found['goodput_ci']:,.1f}" if found.get("goodput_ci") is not None else ""
@@ -63,8 +63,27 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
         lines.append(
             f"  cut short after {len(found['runs'])} run(s): {found['failure']} (tune validate --confirm --resume goes on)"
         )
+        lines += _cut(found)
     if (kept := corrected(found)) is not None:
         lines.append(f"  the answer is now {describe_answer(kept)}, the load that held throughout (the search said {at})")
     elif uncorrected_failure(found) and found.get("runs"):
         lines.append(f"  no load held throughout within the steps and the time left: the search's {at} is no answer to size on")
     return lines
+
+
+def _cut(found: Mapping[str, Any]) -> list[str]:
+    """The line on the run a cut ended, as far as it had gone (none where no run was under way)."""
+    run = found.get("cut_run")
+    if not run:
+        return []
+    step = describe_answer({next(iter(found.get("answer") or {"rate": 0})): run.get("at", 0.0)})
+    shown = [f"goodput {run['goodput']:,.1f}"] if run.get("goodput") is not None else []
+    shown += [f"{n.upper()} p99 {run[n + '_p99'] * 1000:,.0f} ms" for n in ("ttft", "itl") if run.get(n + "_p99") is not None]
+    if run.get("growth") is not None:
+        shown.append(f"growth {run['growth']:+.3f}/s")
+    so_far = f"broke the SLO so far ({'; '.join(run['broke'])})" if run.get("broke") else "within the SLO so far"
+    return [
+        f"  the run at {step} was cut after {run.get('seconds') or 0:,.0f} s of {run.get('of') or 0:,.0f}: {so_far}"
+        + (f": {', '.join(shown)}" if shown else "")
+        + " (not a verdict: the whole length decides)"
+    ]
