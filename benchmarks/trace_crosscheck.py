@@ -9,7 +9,8 @@ partition's client cores, where every client below runs. Then, each on a drained
 1. this tool's open loop replays the trace at ``--rate`` requests/s (its own times scaled to that
    rate: :meth:`tuner.workload.draw.Workload.arrivals`), one pass (rows / rate seconds);
 2. SGLang's bench replays the same file (``--dataset-name mooncake --mooncake-slowdown-factor``
-   own rate / ``--rate``, ``--num-prompts`` rows: one pass), pinned to the same cores.
+   own rate / ``--rate``, ``--num-prompts`` rows: one pass), pinned to the same cores;
+   ``--seconds``: both replay the trace's first rate x seconds rows instead.
 
 SGLang's bench builds its prompts from the hash ids alone (``input_length`` ignored: about 130
 tokens a block, scripts/make-sglang-trace.py); replay a trace made by that script, whose
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--space", required=True, help="a space whose workload is one trace")
     ap.add_argument("--params", help="the config, JSON (default: the space's first enqueued config)")
     ap.add_argument("--rate", type=float, required=True, help="requests/s both replays run at")
+    ap.add_argument("--seconds", type=float, help="each replay's length: the trace's first rate x seconds rows (default all)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--tool-only", action="store_true", help="this tool's replay alone (no SGLang here)")
     args = ap.parse_args(argv)
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = read_trace(trace.trace, trace.block)
     span = (rows[-1].timestamp_ms - rows[0].timestamp_ms) / 1000
     own = (len(rows) - 1) / span
-    seconds = len(rows) / args.rate  # one pass
+    count = min(len(rows), round(args.rate * args.seconds)) if args.seconds else len(rows)
+    seconds = count / args.rate  # the first ``count`` rows, once
     params = json.loads(args.params) if args.params else dict(space.enqueue[0])
     size = space.hardware.per_trial if isinstance(space.hardware.per_trial, int) else 1
     partition = make_partitions(space.hardware.kind, list(space.hardware.devices), size)[0]
