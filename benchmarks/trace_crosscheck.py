@@ -45,11 +45,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from goodput_crosscheck import merge, sglang_result, stubs
 
 from tuner.app.prepare import load
-from tuner.engines._openai import counter_total
+from tuner.engines import counter_total
 from tuner.host.partitions import make_partitions
 from tuner.host.processes import terminate_group
-from tuner.probes import ServerHandle
-from tuner.probes._senders import Senders
+from tuner.probes import Senders, ServerHandle
 from tuner.probes.load import LoadProbe, Window
 from tuner.serving.server import end_servers_on_sigterm
 from tuner.serving.trial import serve
