@@ -506,3 +506,39 @@ def test_a_deadline_counts_the_end_runs_and_parallel_trials() -> None:
     assert due.room_for_reference(now=50.0) and not due.room_for_reference(now=50.1)  # the reference, 2 trials, the end
     due.observe(25.0)
     assert due.launch_s == 25.0 and due.launches_left(now=40.0) == 4  # 60 s: 2 rounds of 25 s, 2 at a time
+
+
+class _TermedInline(_Timed):
+    """The inline executor's shape (the trial runs in the driver's thread) where `timeout`'s SIGTERM
+    reaches the second trial: the handler's SystemExit leaves ``submit`` itself."""
+
+    def __init__(self) -> None:
+        super().__init__(max_parallel=1, seconds=0.0)
+        self.calls = 0
+
+    def submit(self, space, params, trial_dir, partition, ledger=None):
+        self.calls += 1
+        if self.calls == 2:
+            raise SystemExit(143)
+        return super().submit(space, params, trial_dir, partition, ledger)
+
+
+def test_a_sigterm_inside_an_inline_trial_records_it_once_and_requeues_it(tmp_path: Path) -> None:
+    """On the H100 (2026-12-05) a SIGTERM during an inline trial recorded it as interrupted, then
+    told it again as "never launched": UpdateFinishedTrialError, the run's end (trials.csv) lost.
+    The trial is recorded once, its config queued again, and the SystemExit goes on."""
+    raw = tiny_space(name="termed")
+    raw["parameters"] = {"ctx-size": {"type": "categorical", "choices": [1024, 2048, 3072]}}
+    raw["enqueue"] = [{"ctx-size": 1024}, {"ctx-size": 2048}, {"ctx-size": 3072}]
+    space = validate(raw, "termed.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="termed", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="termed.yaml")
+    run_dir = RunDir(tmp_path / "termed")
+    with pytest.raises(SystemExit):
+        Driver(space, study, objective, run_dir, _TermedInline(), trials=3).run()
+    trials = study.get_trials()
+    assert [t.state for t in trials[:2]] == [TrialState.PRUNED, TrialState.FAIL]
+    assert "interrupted: SystemExit" in trials[1].user_attrs["error"]
+    again = [t for t in trials if t.state == TrialState.WAITING and "requeued_from" in t.user_attrs]
+    assert [(t.system_attrs["fixed_params"], t.user_attrs.get("requeued_from")) for t in again] == [({"ctx-size": 2048}, 1)]
+    assert run_dir.trials_csv.is_file()

@@ -271,12 +271,20 @@ class Driver:
             self._abandon(f"interrupted: {type(exc).__name__}")
             raise
         finally:
-            for never in waiting:
+            for never in self._still_running(waiting):
                 tell(self.study, never.trial, Verdict.stopped("asked but never launched: the run stopped"))
             summary.wall_s = time.monotonic() - began
             if self.write_csv:
                 write_trials_csv(self.study, self.run_dir.trials_csv)
         return summary
+
+    def _still_running(self, waiting: list[_Waiting]) -> list[_Waiting]:
+        """The waiting trials nobody recorded yet: one whose launch an exception left (an inline
+        trial that a SIGTERM's SystemExit ended) is still in the list but was recorded as interrupted."""
+        if not waiting:
+            return []
+        running = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        return [w for w in waiting if w.trial.number in running]
 
     def _launch_waiting(self, waiting: list[_Waiting]) -> bool:
         """Launch the first waiting trial whose partition is free, in the order they were asked;
