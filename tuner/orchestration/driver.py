@@ -268,23 +268,16 @@ class Driver:
                     self._stop_running(summary)
                     break
         except BaseException as exc:
-            self._abandon(f"interrupted: {type(exc).__name__}")
+            told = self._abandon(f"interrupted: {type(exc).__name__}")
+            waiting[:] = [w for w in waiting if w.trial.number not in told]  # one whose launch it ended is recorded
             raise
         finally:
-            for never in self._still_running(waiting):
+            for never in waiting:
                 tell(self.study, never.trial, Verdict.stopped("asked but never launched: the run stopped"))
             summary.wall_s = time.monotonic() - began
             if self.write_csv:
                 write_trials_csv(self.study, self.run_dir.trials_csv)
         return summary
-
-    def _still_running(self, waiting: list[_Waiting]) -> list[_Waiting]:
-        """The waiting trials nobody recorded yet: one whose launch an exception left (an inline
-        trial that a SIGTERM's SystemExit ended) is still in the list but was recorded as interrupted."""
-        if not waiting:
-            return []
-        running = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-        return [w for w in waiting if w.trial.number in running]
 
     def _launch_waiting(self, waiting: list[_Waiting]) -> bool:
         """Launch the first waiting trial whose partition is free, in the order they were asked;
@@ -419,10 +412,13 @@ class Driver:
             else:
                 self._interrupted(job.key, f"interrupted: {summary.stop_reason}")
 
-    def _abandon(self, why: str) -> None:
-        """An exception left the loop: every trial in flight is recorded as interrupted."""
-        for job in self.scheduler.abandon():
+    def _abandon(self, why: str) -> set[int]:
+        """An exception left the loop: every trial in flight, and the one being launched (an inline
+        trial that a SIGTERM's SystemExit ended), is recorded as interrupted; their numbers."""
+        jobs = self.scheduler.abandon()
+        for job in jobs:
             self._interrupted(job.key, why)
+        return {job.key.number for job in jobs}
 
     def _interrupted(self, trial: optuna.Trial, why: str) -> None:
         record(self.study, trial, self.run_dir, self.objective, error=InfrastructureError(why))
