@@ -9,27 +9,27 @@ from __future__ import annotations
 
 import sys
 
-import optuna
 from optuna.trial import TrialState
+
+from tuner.app.read import open_existing
+from tuner.trials import read_trials
 
 
 def main(db: str, name: str) -> None:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
-    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    base = done[0].params
-    levels = sorted({int(k.split("@")[1]) for k in done[0].user_attrs["metrics"] if k.startswith("load.output_tok_s@")})
+    done = read_trials(open_existing(name, f"sqlite:///{db}"), states=(TrialState.COMPLETE,))
+    base, base_m = done[0].params, done[0].metrics
+    levels = sorted({int(k.split("@")[1]) for k in base_m if k.startswith("load.output_tok_s@")})
     print(
         "| trial | knob flipped (base: " + ", ".join(f"{k} {v}" for k, v in base.items()) + ") | clients "
         "| output tok/s (95 % CI) | vs base | cache hit | TTFT p99 (s) | ITL p99 (ms) |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for t in done:
-        m = t.user_attrs["metrics"]
+        m = t.metrics
         flipped = ", ".join(f"{k} {v}" for k, v in t.params.items() if v != base[k]) or "none (base)"
         for c in levels:
             tok, ci = m[f"load.output_tok_s@{c}"], m.get(f"load.output_tok_s_ci@{c}") or 0.0
-            ratio = tok / done[0].user_attrs["metrics"][f"load.output_tok_s@{c}"]
+            ratio = tok / base_m[f"load.output_tok_s@{c}"]
             hit = m.get(f"load.cache_hit_rate@{c}")
             print(
                 f"| {t.number} | {flipped} | {c} | {tok:,.0f} +- {ci:,.0f} | {ratio:.2f} | "
