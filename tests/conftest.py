@@ -418,23 +418,25 @@ def postgres() -> str:
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    data, port = root / "data", free_port("127.0.0.1", worker_port(35500), 400)
+    data, log, base = root / "data", root / "server.log", worker_port(35500)
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*as_user, *argv], check=True, capture_output=True, text=True)
 
     run(str(bin_dir / "initdb"), "-D", str(data), "-U", "tuner", "--auth=trust", "-E", "UTF8")
-    run(
-        str(bin_dir / "pg_ctl"),
-        "-D",
-        str(data),
-        "-l",
-        str(root / "server.log"),
-        "-w",
-        "-o",
-        f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
-        "start",
-    )
+    start = (str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w")
+    for _ in range(5):  # a port free when probed can be taken before the server binds it (an outgoing
+        # connection's ephemeral port, 32768-60999 on Linux): the next free one, on that error only
+        port = free_port("127.0.0.1", base, 400)
+        try:
+            run(*start, "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start")
+            break
+        except subprocess.CalledProcessError:
+            if "Address already in use" not in log.read_text(errors="replace"):
+                raise
+            base = port + 1
+    else:
+        raise RuntimeError(f"PostgreSQL found no port to bind from {worker_port(35500)} in 5 tries: {log}")
     try:
         run(str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "tuner", "tuner")
         yield f"postgresql+psycopg://tuner@127.0.0.1:{port}/tuner"
