@@ -17,7 +17,13 @@ within the probe's own bound (tuner.probes.load.SEND_LAG_MAX: a loop uniformly l
 the count); the two ceilings give the cost model a sender is
 planned by (tuner.probes._senders.CEILING: core-seconds per request and per streamed token).
 
-    python benchmarks/client_ceiling.py --open-loop [--seconds 6] [--out ceiling.json]
+``--gap S``: the server writes a stream's tokens S seconds apart, as an engine decodes (one read
+per token on the client; without it, tokens written faster than they are read arrive together and
+the per-token cost is a floor). The client's ITL p99 then also shows its own lag: ITL p99 - S is
+how late the sender stamped a token, which inflates the ITL the SLO judges; with a gap, a rate
+delivers only where that excess is within ``--itl-excess`` (default 5 ms) too.
+
+    python benchmarks/client_ceiling.py --open-loop [--seconds 6] [--gap 0.01] [--tokens 64 256] [--out ceiling.json]
 """
 
 from __future__ import annotations
@@ -98,17 +104,19 @@ async def open_level(url: str, tokens: int, rate: float, seconds: float, seed: i
         return await probe.rate_level(senders, server, prompts, rate, seed=seed, cores=1)
 
 
-def open_loop(seconds: float, out: Path | None) -> None:
+def open_loop(seconds: float, out: Path | None, gap: float = 0.0, lengths: tuple[int, int] = (64, 256), excess: float = 0.005) -> None:
     cores = sorted(os.sched_getaffinity(0))
     rows: list[dict[str, Any]] = []
     ceilings: dict[int, float] = {}
-    with running("--each", core=cores[-1]) as (url, server_pid):  # one event per write, as an engine streams
+    flags = ["--each", *(["--gap", str(gap)] if gap else [])]  # one event per write, as an engine streams
+    with running(*flags, core=cores[-1]) as (url, server_pid):
         os.sched_setaffinity(0, {cores[0]})  # the parent and its sender share one client core, as in a trial
         print(
             f"open loop: one sender and its parent on core {cores[0]}, the SSE server on core {cores[-1]}, {seconds:g} s windows"
+            + (f", tokens {gap * 1000:g} ms apart" if gap else "")
         )
-        for tokens in (64, 256):
-            held, failed, rate = 0.0, None, 50.0
+        for tokens in lengths:
+            held, failed, rate = 0.0, None, 10.0 if gap else 50.0
 
             def level(rate: float, tokens: int = tokens) -> bool:
                 before = procfs.stat(server_pid)
@@ -116,18 +124,22 @@ def open_loop(seconds: float, out: Path | None) -> None:
                 after = procfs.stat(server_pid)
                 busy = (after.cpu_seconds - before.cpu_seconds) if before and after else float("nan")
                 wall = summary["window_s"] + summary["warmup_s"]
+                itl_excess = (summary.get("itl_p99") or 0.0) - gap if gap else None
                 ok = summary["achieved_over_offered"] >= 0.99 and (summary["send_lag_p99"] or 0) <= SEND_LAG_MAX
+                ok = ok and (itl_excess is None or itl_excess <= excess)
                 row = {
                     "tokens": tokens, "rate": rate, "offered_rate": summary["offered_rate"],
                     "achieved_rate": summary["achieved_rate"], "achieved_over_offered": summary["achieved_over_offered"],
-                    "send_lag_p99": summary["send_lag_p99"], "errors": summary["errors"],
+                    "send_lag_p99": summary["send_lag_p99"], "itl_p99": summary.get("itl_p99"), "gap": gap,
+                    "itl_excess_p99": itl_excess, "errors": summary["errors"],
                     "server_cpu_share": busy / max(wall, 1e-9), "delivers": ok,
                 }  # fmt: skip
                 rows.append(row)
+                itl = f", ITL p99 {gap * 1000:g} + {itl_excess * 1000:5.1f} ms" if itl_excess is not None else ""
                 print(
                     f"  {tokens:>3} tokens at {rate:7.1f}/s: offered {row['offered_rate']:7.1f}/s, achieved "
                     f"{row['achieved_rate']:7.1f}/s ({row['achieved_over_offered']:.3f}), send lag p99 "
-                    f"{(row['send_lag_p99'] or 0) * 1000:6.1f} ms, server CPU {row['server_cpu_share']:.0%} of its core, "
+                    f"{(row['send_lag_p99'] or 0) * 1000:6.1f} ms{itl}, server CPU {row['server_cpu_share']:.0%} of its core, "
                     f"{summary['errors']:.0f} errors"
                 )
                 return ok
@@ -144,23 +156,25 @@ def open_loop(seconds: float, out: Path | None) -> None:
                 else:
                     failed = mid
             ceilings[tokens] = held
+            bound = f", ITL p99 within {excess * 1000:g} ms of the gap" if gap else ""
             print(
                 f"ceiling of one core at {tokens}-token streams: {held:g} requests/s "
-                f"(achieved/offered >= 0.99, send lag p99 <= {SEND_LAG_MAX * 1000:.0f} ms)"
+                f"(achieved/offered >= 0.99, send lag p99 <= {SEND_LAG_MAX * 1000:.0f} ms{bound})"
             )
-    per_token = (1 / ceilings[256] - 1 / ceilings[64]) / (256 - 64)
-    per_request = 1 / ceilings[64] - 64 * per_token
+    short, long = sorted(ceilings)
+    per_token = (1 / ceilings[long] - 1 / ceilings[short]) / (long - short)
+    per_request = 1 / ceilings[short] - short * per_token
     print(f"cost model: {per_request * 1000:.3f} ms per request + {per_token * 1e6:.2f} us per streamed token (core time)")
     current = CEILING
     print(
         f"tuner.probes._senders.CEILING says {current.per_request_s * 1000:.3f} ms + {current.per_token_s * 1e6:.2f} us: "
-        f"{current.rate(64):.0f}/s at 64 tokens against {ceilings[64]:g} measured (ratio {current.rate(64) / ceilings[64]:.2f})"
+        f"{current.rate(short):.0f}/s at {short} tokens against {ceilings[short]:g} measured "
+        f"(ratio {current.rate(short) / ceilings[short]:.2f}), {current.rate(long):.0f}/s at {long} against "
+        f"{ceilings[long]:g} ({current.rate(long) / ceilings[long]:.2f})"
     )
     if out is not None:
-        out.write_text(
-            json.dumps({"rows": rows, "ceilings": ceilings, "per_request_s": per_request, "per_token_s": per_token}, indent=2)
-            + "\n"
-        )
+        kept = {"rows": rows, "ceilings": ceilings, "per_request_s": per_request, "per_token_s": per_token, "gap": gap}
+        out.write_text(json.dumps(kept, indent=2) + "\n")
 
 
 if __name__ == "__main__":
@@ -170,8 +184,11 @@ if __name__ == "__main__":
         ap.add_argument("--open-loop", action="store_true")
         ap.add_argument("--seconds", type=float, default=6.0)
         ap.add_argument("--out", type=Path)
+        ap.add_argument("--gap", type=float, default=0.0, help="seconds between a stream's tokens (0: as fast as written)")
+        ap.add_argument("--tokens", type=int, nargs=2, default=(64, 256), help="the two stream lengths")
+        ap.add_argument("--itl-excess", type=float, default=0.005, help="with --gap: ITL p99 - gap a delivering rate allows")
         ns = ap.parse_args()
-        open_loop(ns.seconds, ns.out)
+        open_loop(ns.seconds, ns.out, ns.gap, tuple(ns.tokens), ns.itl_excess)
     else:
         args = [int(a) for a in sys.argv[1:]]
         main(*(args + [16, 1000, 160][len(args) :]))

@@ -9,8 +9,9 @@ Also answers /tokenize (one token per word), /health and /arrivals (when each co
 arrived, its body read, in this machine's monotonic clock: what the server counted). ``--each``:
 every event in a write of its own (as an engine streams: one read per token on the client), not
 all of them in one. ``--service R``: a slow queue: requests are served one after another, first
-in first out, R a second (each answer starts when its turn comes). Never the engine a feature is
-proven on.
+in first out, R a second (each answer starts when its turn comes). ``--gap S``: with ``--each``,
+S seconds between a stream's tokens, as an engine decodes (a client that stamps a token late shows
+its own lag in the ITL it measures: ITL - S). Never the engine a feature is proven on.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _event(data: dict) -> bytes:
 
 
 def make_handler(
-    mode: str, capacity: int, hold: float, each: bool = False, service: float | None = None
+    mode: str, capacity: int, hold: float, each: bool = False, service: float | None = None, gap: float = 0.0
 ) -> type[BaseHTTPRequestHandler]:
     in_flight = [0]
     lock = threading.Lock()
@@ -102,7 +103,10 @@ def make_handler(
                 return
             usage = _event({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n}})
             if each:
+                due = time.perf_counter()
                 for _ in range(n):
+                    if gap and (wait := (due := due + gap) - time.perf_counter()) > 0:
+                        time.sleep(wait)  # the next token is due: a fixed cadence, not a drifting sum of sleeps
                     self.wfile.write(token)
                     self.wfile.flush()
                 self.wfile.write(usage + b"data: [DONE]\n\n")
@@ -126,9 +130,15 @@ class _Server(ThreadingHTTPServer):
 
 
 def serve(
-    port: int, mode: str = "ok", capacity: int = 2, hold: float = 0.0, each: bool = False, service: float | None = None
+    port: int,
+    mode: str = "ok",
+    capacity: int = 2,
+    hold: float = 0.0,
+    each: bool = False,
+    service: float | None = None,
+    gap: float = 0.0,
 ) -> ThreadingHTTPServer:
-    server = _Server(("127.0.0.1", port), make_handler(mode, capacity, hold, each, service))
+    server = _Server(("127.0.0.1", port), make_handler(mode, capacity, hold, each, service, gap))
     server.daemon_threads = True
     return server
 
@@ -166,5 +176,6 @@ if __name__ == "__main__":
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--each", action="store_true")
     parser.add_argument("--service", type=float, default=None)
+    parser.add_argument("--gap", type=float, default=0.0)
     args = parser.parse_args()
-    serve(args.port, args.mode, args.capacity, args.hold, args.each, args.service).serve_forever()
+    serve(args.port, args.mode, args.capacity, args.hold, args.each, args.service, args.gap).serve_forever()
