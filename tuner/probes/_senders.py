@@ -74,13 +74,14 @@ class Ceiling:
         return 1.0 / (self.per_request_s + self.per_token_s * output_tokens)
 
 
-# Per request: measured on this workplace's 2-core machine (2026-12-03, docs/measurements.md): one
-# core (a sender and the probe's parent) delivered 600 requests/s of 64-token streams within the
-# bound, 1.36 ms a request, against an SSE server whose events arrive in bulk. Per token: what a
-# real engine costs, one read per token: on the H200 host one sender ran 24-45 ms late at p99 at
-# 60-66 requests/s of 128-token vLLM streams (docs/goodput.md), near the 50 ms bound, so about 80 us
-# a token (the bulk server's 4.8 us is a floor, not the cost).
-CEILING = Ceiling(per_request_s=1.4e-3, per_token_s=8.0e-5)
+# Measured on this workplace's 2-core machine with tokens spaced as an engine streams them
+# (benchmarks/client_ceiling.py --open-loop --gap 0.01, 2026-12-06, docs/measurements.md): one core
+# (a sender and the probe's parent) sent 85 requests/s of 64-token streams and 23.1/s of 256-token
+# ones within the bound (achieved/offered >= 0.99, send lag p99 <= 50 ms, ITL p99 within 5 ms of
+# the gap), 1.26 ms a request + 164 us a token: one read, one SSE parse, one stamp per token. The
+# earlier 80 us a token (inferred from one vLLM level) planned one sender for 38.88 requests/s of
+# 128-token SGLang streams on the H200, which then ran 54-70 ms late at p99 and stamped ITLs late.
+CEILING = Ceiling(per_request_s=1.3e-3, per_token_s=1.65e-4)
 
 
 def client_cores() -> int:
