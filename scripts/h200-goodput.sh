@@ -19,6 +19,10 @@
 #   EXECUTOR=inline                            # tune: no Ray (the deps built with NO_RAY=1 scripts/gpu-parts.sh)
 #   DB=path/study.db                           # any phase: start from this committed study when runs/ has none
 #                                              # (default docs/data/goodput/$STUDY.db)
+#   TRIM_BELOW=R                               # with DB: its confirmation's runs at R and under dropped (scripts/confirm_trim.py),
+#                                              # so that PHASE=confirm RESUME=1 runs R's step again
+#   PHASE=ab RATE=R AB_SECONDS=60 REPEATS=2    # the tool's open loop at R from senders planned for 1 client core and for
+#                                              # all of them, interleaved, on one server (benchmarks/sender_ab.py)
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"; study=${STUDY:-h200-vllm-goodput}
@@ -29,7 +33,11 @@ source scripts/h200-install.sh "$engine" || exit 1
 source scripts/h200-smollm2.sh || exit 1
 echo "ready after $(( $(date +%s) - t0 ))s"
 db=${DB:-docs/data/goodput/$study.db}   # a committed study to go on from, where runs/ has none
-if [ ! -f "runs/$study/study.db" ] && [ -f "$db" ]; then mkdir -p "runs/$study" && cp "$db" "runs/$study/study.db"; fi
+if [ ! -f "runs/$study/study.db" ] && [ -f "$db" ]; then
+  mkdir -p "runs/$study"
+  if [ -n "${TRIM_BELOW:-}" ]; then python3 scripts/confirm_trim.py "$db" "runs/$study/study.db" --study "$study" --below "$TRIM_BELOW" || exit 1
+  else cp "$db" "runs/$study/study.db"; fi
+fi
 if [ "${PHASE:-tune}" = tune ]; then
   hard=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 25 ))
   timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "search_spaces/$study.yaml" --no-remeasure \
@@ -43,6 +51,11 @@ from tuner.results.pick import pick
 print(pick(open_existing(os.environ["STUDY"], None), "knee").number)
 PY
 )" || true
+elif [ "$PHASE" = ab ]; then
+  timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
+    python3 benchmarks/sender_ab.py --study "$study" --out "$out/ab" ${RATE:+--rate "$RATE"} \
+    --seconds "${AB_SECONDS:-60}" --repeats "${REPEATS:-2}"
+  echo "ab exit $? after $(( $(date +%s) - t0 ))s"
 elif [ "$PHASE" = confirm ]; then
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
     python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}" --steps "${STEPS:-3}" ${RESUME:+--resume}
