@@ -104,7 +104,9 @@ async def open_level(url: str, tokens: int, rate: float, seconds: float, seed: i
         return await probe.rate_level(senders, server, prompts, rate, seed=seed, cores=1)
 
 
-def open_loop(seconds: float, out: Path | None, gap: float = 0.0, lengths: tuple[int, int] = (64, 256), excess: float = 0.005) -> None:
+def open_loop(
+    seconds: float, out: Path | None, gap: float = 0.0, lengths: tuple[int, int] = (64, 256), excess: float = 0.005
+) -> None:
     cores = sorted(os.sched_getaffinity(0))
     rows: list[dict[str, Any]] = []
     ceilings: dict[int, float] = {}
