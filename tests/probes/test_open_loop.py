@@ -32,6 +32,21 @@ ROOT = Path(__file__).resolve().parents[2]
 LAX = SloTargets(ttft_p99=1000.0, error_rate=0.99)  # only delivery and backlog can fail a level
 
 
+def test_the_planned_ceiling_is_under_every_measured_one() -> None:
+    """The cost model a sender is planned by never promises more than one core delivered: each
+    committed run of benchmarks/client_ceiling.py with engine-spaced tokens (docs/measurements.md)
+    measured a ceiling at two stream lengths, and CEILING's rate is at or under each of them."""
+    import json
+
+    runs = sorted((ROOT / "docs/data/goodput").glob("client-ceiling-gap-r*.json"))
+    assert len(runs) >= 3, runs
+    for path in runs:
+        measured = json.loads(path.read_text())
+        assert measured["gap"] > 0, path
+        for tokens, ceiling in measured["ceilings"].items():
+            assert CEILING.rate(int(tokens)) <= ceiling, (path.name, tokens, CEILING.rate(int(tokens)), ceiling)
+
+
 def test_the_arrivals_are_fixed_by_the_seed_and_average_the_rate() -> None:
     first = list(itertools.islice(arrival_offsets(50.0, seed=3), 20_000))
     assert first == list(itertools.islice(arrival_offsets(50.0, seed=3), 20_000))
