@@ -46,11 +46,18 @@ sys.path.insert(0, str(ROOT))
 from tuner import engines
 from tuner.app.read import open_existing, stored_space
 from tuner.base.artifacts import RunDir
-from tuner.host.partitions import free_port, make_partitions
+from tuner.host.partitions import Partition, free_port, make_partitions
 from tuner.host.processes import terminate_group
 from tuner.results.export import build_export
 from tuner.results.pick import pick
 from tuner.serving.server import ServerProcess, end_servers_on_sigterm
+from tuner.space import SearchSpace
+
+
+def first_partition(space: SearchSpace) -> Partition:
+    """The space's first partition, where its trials ran (a fresh server of a check runs there too)."""
+    size = space.hardware.per_trial if isinstance(space.hardware.per_trial, int) else 1
+    return make_partitions(space.hardware.kind, list(space.hardware.devices), size)[0]
 
 
 def bench_argv(
@@ -280,8 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     assert answer > 0, m
     levels = [answer, round(args.above * answer, 2)] if rate else [answer, math.ceil(args.above * answer)]
     tool = "sglang" if space.engine == "sglang" else "vllm"
-    size = space.hardware.per_trial if isinstance(space.hardware.per_trial, int) else 1
-    partition = make_partitions(space.hardware.kind, list(space.hardware.devices), size)[0]  # the first: where trials ran
+    partition = first_partition(space)
     port = free_port("127.0.0.1", 33000, 500)
     exported = build_export(study, space, chosen, port=port, run_dir=RunDir.for_study(args.study).root)
     adapter = engines.get(space.engine)

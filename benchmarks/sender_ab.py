@@ -28,8 +28,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from goodput_crosscheck import first_partition
+
 from tuner.app.read import open_existing, stored_space
-from tuner.host.partitions import make_partitions
 from tuner.probes import LoadProbe, Senders, ServerHandle
 from tuner.results.pick import pick
 from tuner.serving.server import end_servers_on_sigterm
@@ -100,8 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     load = space.probes.load
     assert load is not None, "the space has no load probe"
     rate = args.rate or chosen.trial.metrics["slo.rate"]
-    size = space.hardware.per_trial if isinstance(space.hardware.per_trial, int) else 1
-    partition = make_partitions(space.hardware.kind, list(space.hardware.devices), size)[0]
+    partition = first_partition(space)
     plans = sorted({1, max(1, len(partition.client_cpus))})  # one plan where the partition has one client core
     print(f"{args.study} trial {chosen.number} at {rate:g} requests/s; {partition.describe()}", flush=True)
     with serve(space, dict(chosen.trial.params), args.out / "server", partition) as served, pinned(partition.client_cpus):

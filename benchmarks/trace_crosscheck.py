@@ -42,11 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from goodput_crosscheck import merge, sglang_result, stubs
+from goodput_crosscheck import first_partition, merge, sglang_result, stubs
 
 from tuner.app.prepare import load
 from tuner.engines import counter_total
-from tuner.host.partitions import make_partitions
 from tuner.host.processes import terminate_group
 from tuner.probes import Senders, ServerHandle
 from tuner.probes.load import LoadProbe, Window
@@ -186,8 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     count = min(len(rows), round(args.rate * args.seconds)) if args.seconds else len(rows)
     seconds = count / args.rate  # the first ``count`` rows, once
     params = json.loads(args.params) if args.params else dict(space.enqueue[0])
-    size = space.hardware.per_trial if isinstance(space.hardware.per_trial, int) else 1
-    partition = make_partitions(space.hardware.kind, list(space.hardware.devices), size)[0]
+    partition = first_partition(space)
     load_spec = space.load_spec()
     assert load_spec is not None
     found: dict[str, Any] = {
