@@ -1,5 +1,7 @@
-"""A trace replayed by this tool and by SGLang's own bench on one fresh server (issue 46's
-independent check): the same rows at the same pace, the same config, one after the other.
+"""A trace replayed by this tool and by another tool on one fresh server (issue 46's independent
+check): the same rows at the same pace, the same config, one after the other. The other tool is
+SGLang's own bench (``--bench sglang``) or aiperf (``--bench aiperf``, any engine: it builds each
+prompt from the trace's blocks at ``input_length`` tokens, as this tool does).
 
 The space's workload is one Mooncake-format trace (``workload: {trace: ..., block: B}``). The
 config (``--params``, JSON; default the space's first enqueued config) starts as a trial would
@@ -9,8 +11,11 @@ partition's client cores, where every client below runs. Then, each on a drained
 1. this tool's open loop replays the trace at ``--rate`` requests/s (its own times scaled to that
    rate: :meth:`tuner.workload.draw.Workload.arrivals`), one pass (rows / rate seconds);
 2. SGLang's bench replays the same file (``--dataset-name mooncake --mooncake-slowdown-factor``
-   own rate / ``--rate``, ``--num-prompts`` rows: one pass), pinned to the same cores;
+   own rate / ``--rate``, ``--num-prompts`` rows: one pass), pinned to the same cores; or aiperf
+   replays the same rows with their times scaled to ``--rate`` (``--fixed-schedule``, the blocks at
+   ``block`` tokens: ``--isl-block-size``), pinned to the same cores;
    ``--seconds``: both replay the trace's first rate x seconds rows instead.
+   ``--repeats N``: N rounds, this tool first in even rounds and the other first in odd ones.
 
 SGLang's bench builds its prompts from the hash ids alone (``input_length`` ignored: about 130
 tokens a block, scripts/make-sglang-trace.py); replay a trace made by that script, whose
@@ -23,6 +28,15 @@ ratio of the output rates and the difference of the hit rates. Writes trace-cros
 
     python benchmarks/trace_crosscheck.py --space search_spaces/h200-sglang-trace.yaml --rate 8 --out $OUT
     python benchmarks/trace_crosscheck.py --space S --rate R --out O --tool-only   # no SGLang (a CPU engine)
+
+aiperf (PyPI, in its own virtualenv: its pins are not ours) needs a Hugging Face tokenizer folder,
+offline: the served model's folder where it is one, else ``--tokenizer`` (SmolLM2's for the CPU's
+GGUF: ``tar xJf ../shared/gpu/model-kit.tar.xz -C /tmp/mk``, then ``/tmp/mk/tokenizer``):
+
+    python -m venv /tmp/aip && /tmp/aip/bin/pip install aiperf==0.13.0
+    python scripts/make-agent-trace.py workloads/traces/agent-cpu-32.jsonl --block 32 --context 512 --output-max 24 --tail-id
+    python benchmarks/trace_crosscheck.py --space benchmarks/spaces/cpu-trace-aiperf.yaml --rate 0.8 --seconds 90 \
+        --bench aiperf --aiperf /tmp/aip/bin/aiperf --tokenizer /tmp/mk/tokenizer --repeats 3 --out /tmp/tc
 """
 
 from __future__ import annotations
@@ -45,13 +59,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from goodput_crosscheck import first_partition, merge, sglang_result, stubs
 
 from tuner.app.prepare import load
+from tuner.base.stats import percentiles
 from tuner.engines import counter_total
 from tuner.host.processes import terminate_group
 from tuner.probes import Senders, ServerHandle
 from tuner.probes.load import LoadProbe, Window
 from tuner.serving.server import end_servers_on_sigterm
-from tuner.serving.trial import serve
-from tuner.workload.trace import read_trace
+from tuner.serving.trial import pinned, serve
+from tuner.workload.trace import TraceRow, read_trace
 
 # SGLang 0.5.17's bench breaks on its own mooncake rows (serving.py reads ``input_requests[0].prompt``
 # and, for the totals, ``.prompt_len``; the mooncake loader returns dicts): the rows as dicts that
@@ -163,6 +178,217 @@ def bench_run(server: ServerHandle, trace: Path, slowdown: float, rows: int, out
     }
 
 
+def scaled_trace(rows: tuple[TraceRow, ...], count: int, own: float, rate: float, path: Path) -> Path:
+    """The trace's first ``count`` rows with their times scaled from ``own`` to ``rate`` requests/s
+    (from 0), as this tool's open loop sends them: the file aiperf replays."""
+    t0, factor = rows[0].timestamp_ms, own / rate
+    scaled = [
+        {"timestamp": round((r.timestamp_ms - t0) * factor, 3), "input_length": r.input_length,
+         "output_length": r.output_length, "hash_ids": list(r.hash_ids)}
+        for r in rows[:count]
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in scaled))
+    return path
+
+
+def tokenizer_cache(folder: Path, out: Path) -> tuple[dict[str, str], str]:
+    """A Hugging Face tokenizer folder as an offline hub cache entry: aiperf 0.13's worker processes
+    load tokenizers offline through the hub's snapshot lookup, which refuses a plain path. Returns
+    the environment that points the hub there and the name to pass."""
+    snapshot = out / "hf" / "models--local--tokenizer" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for f in folder.iterdir():
+        if f.is_file() and (
+            f.name.startswith("tokenizer")
+            or f.suffix in (".jinja", ".model")
+            or f.name in ("config.json", "special_tokens_map.json", "generation_config.json")
+        ):
+            (snapshot / f.name).write_bytes(f.read_bytes())
+    (out / "hf" / "models--local--tokenizer" / "refs").mkdir(exist_ok=True)
+    (out / "hf" / "models--local--tokenizer" / "refs" / "main").write_text("0" * 40)
+    return {"HF_HUB_CACHE": str(out / "hf"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, "local/tokenizer"
+
+
+def aiperf_result(art: Path, schedule: list[float], window: float) -> dict[str, Any]:
+    """What aiperf reports of its run (its JSON export) and what it sent: the achieved rate and how
+    late it sent, from its per-request records (the n-th ``request_start_ns`` after the first
+    against the n-th scheduled time after the first: ``schedule``, seconds). ``output_tok_s`` is its
+    output tokens over ``window``, the seconds this tool's level counts, as this tool counts them;
+    aiperf's own figure (over its first send to its last answer) is ``aiperf_output_tok_s``."""
+    found = json.loads((art / "profile_export_aiperf.json").read_text())
+    records = [json.loads(line) for line in (art / "profile_export.jsonl").read_text().splitlines() if line.strip()]
+    starts = sorted(r["metadata"]["request_start_ns"] for r in records if r["metadata"].get("benchmark_phase") == "profiling")
+    achieved = (len(starts) - 1) / ((starts[-1] - starts[0]) / 1e9) if len(starts) > 1 and starts[-1] > starts[0] else None
+    lag = [(t - starts[0]) / 1e9 - (at - schedule[0]) for t, at in zip(starts, schedule, strict=False)]
+    prompt = (found.get("total_usage_prompt_tokens") or {}).get("avg")
+    cached = (found.get("total_usage_prompt_cache_read_tokens") or {}).get("avg")
+
+    def p99(key: str) -> float | None:
+        value = (found.get(key) or {}).get("p99")
+        return value / 1000 if value is not None else None
+
+    return {
+        "output_tok_s": (found.get("total_output_tokens") or {}).get("avg", 0.0) / window,
+        "aiperf_output_tok_s": (found.get("output_token_throughput") or {}).get("avg"),
+        "requests": (found.get("completed_request_count") or found.get("request_count") or {}).get("avg"),
+        "failed": (found.get("error_request_count") or {}).get("avg", 0),
+        "duration_s": (found.get("benchmark_duration") or {}).get("avg"),
+        "achieved_rate": achieved,
+        "sent": len(starts),
+        "send_lag_p99": percentiles(lag, [99])[99] if lag else None,
+        "ttft_p99": p99("time_to_first_token"),
+        # every gap between two chunks, as this tool's ITL (aiperf's inter_token_latency is one mean per request)
+        "itl_p99": p99("inter_chunk_latency"),
+        "scheduled_rate": (len(schedule) - 1) / (schedule[-1] - schedule[0]) if schedule[-1] > schedule[0] else None,
+        "prompt_tokens_mean": (found.get("usage_prompt_tokens") or {}).get("avg"),
+        "cache_hit_rate": cached / prompt if prompt and cached is not None else None,
+    }
+
+
+def aiperf_run(
+    server: ServerHandle,
+    scaled: Path,
+    block: int,
+    api: str,
+    tool: tuple[str, dict[str, str], str],
+    window: float,
+    out: Path,
+    pin: tuple[int, ...],
+) -> dict[str, Any]:
+    """aiperf replaying ``scaled`` (times already at the rate) on its fixed schedule, streamed,
+    output lengths forced (``ignore_eos``, as this tool asks), pinned to ``pin``, with the server's
+    counters around it. ``tool``: the aiperf executable, and the environment and name that find
+    its tokenizer (:func:`tokenizer_cache`)."""
+    aiperf, env, name = tool
+    art = out / "aiperf"
+    argv = [
+        aiperf, "profile", "--model", server.model, "--tokenizer", name, "--url", server.url,
+        "--endpoint-type", "chat" if api == "chat" else "completions", "--streaming",
+        "--custom-dataset-type", "mooncake_trace", "--input-file", str(scaled), "--isl-block-size", str(block),
+        "--fixed-schedule", "--extra-inputs", "ignore_eos:true", "--artifact-dir", str(art), "--ui-type", "none",
+    ]  # fmt: skip
+    if server.headers.get("Authorization"):  # aiperf takes a key on its command line, which ps and its own log show
+        raise SystemExit("aiperf: the server asks for an API key, which aiperf would show in its log: check a server without one")
+    taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
+
+    async def read() -> dict[str, float | None]:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            return await counters(client, server)
+
+    before = asyncio.run(read())
+    with (out / "aiperf.log").open("w") as log:
+        proc = subprocess.Popen(
+            [*taskset, *argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **env}
+        )
+        try:
+            code = proc.wait()
+        finally:
+            terminate_group(proc.pid, term_timeout=5.0, proc=proc)
+    if code != 0 or not (art / "profile_export_aiperf.json").exists():
+        raise RuntimeError(f"aiperf exited {code}: see {out}/aiperf.log")
+    after = asyncio.run(read())
+    schedule = [json.loads(line)["timestamp"] / 1000 for line in scaled.read_text().splitlines()]
+    result = aiperf_result(art, schedule, window)
+    return {**result, **by_counters(before, after, result["duration_s"] or 1.0)}
+
+
+def client_cores(partition: Any) -> tuple[int, ...]:
+    """Where every client runs: a GPU partition's client cores; a CPU partition's server owns its
+    devices, so the clients get this process's other cores (none left: unpinned)."""
+    if partition.client_cpus:
+        return tuple(partition.client_cpus)
+    if partition.kind == "cpu":
+        return tuple(sorted(os.sched_getaffinity(0) - set(partition.devices)))
+    return ()
+
+
+def summarize(rounds: list[dict[str, Any]], rate: float, other: str) -> list[str]:
+    """Per round: each client's figures; then the ratio of output rates and the difference of cache
+    hit rates (the server's counters where it has them, else each client's ``usage``), over rounds."""
+    lines, ratios, points = [], [], []
+    for i, found in enumerate(rounds):
+        for who in ("tool", "bench"):
+            r = found.get(who)
+            if r is None:
+                continue
+            hit, usage = r.get("server_cache_hit_rate"), r.get("cache_hit_rate")
+            served = r.get("server_output_tok_s")
+            lines.append(
+                f"round {i} {who if who == 'tool' else other}: {r['output_tok_s'] or 0:,.1f} output tok/s "
+                f"(server: {'-' if served is None else f'{served:,.1f}'}), cache hit {'-' if hit is None else f'{hit:.1%}'} "
+                f"by the server's counters, {'-' if usage is None else f'{usage:.1%}'} by usage, "
+                f"TTFT p99 {r.get('ttft_p99') or 0:.3f} s, ITL p99 {(r.get('itl_p99') or 0) * 1000:.1f} ms, "
+                f"prompts {r.get('prompt_tokens_mean') or 0:,.1f} tokens on average"
+            )
+        tool, bench = found["tool"], found.get("bench")
+        lines.append(
+            f"round {i} tool: achieved/offered {tool.get('achieved_over_offered')}, cache hit by usage "
+            f"{tool.get('cache_hit_rate')} of {tool.get('cache_hit_allowed')} the hash ids allow"
+        )
+        if not bench:
+            continue
+        lines.append(
+            f"round {i} {other}: {bench['requests']} requests, {bench['failed']} failed, "
+            f"{bench['achieved_rate'] or 0:.3f}/s delivered of {bench.get('scheduled_rate') or rate:.3f} scheduled"
+            + (f", sent late by {bench['send_lag_p99'] * 1000:.0f} ms at p99" if bench.get("send_lag_p99") is not None else "")
+        )
+        if bench["output_tok_s"]:
+            ratios.append((tool["output_tok_s"] or 0) / bench["output_tok_s"])
+        key = (
+            "server_cache_hit_rate"
+            if None not in (tool.get("server_cache_hit_rate"), bench.get("server_cache_hit_rate"))
+            else "cache_hit_rate"
+        )
+        if None not in (tool.get(key), bench.get(key)):
+            points.append(100 * (tool[key] - bench[key]))
+    if ratios:
+        lines.append(
+            f"output tok/s tool / {other}: mean {sum(ratios) / len(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}, "
+            f"{len(ratios)} round(s)); cache hit tool - {other}: "
+            + (
+                f"mean {sum(points) / len(points):+.1f} points (min {min(points):+.1f}, max {max(points):+.1f})"
+                if points
+                else "-"
+            )
+        )
+    return lines
+
+
+def one_round(
+    args: argparse.Namespace,
+    space: Any,
+    params: dict[str, Any],
+    partition: Any,
+    pin: tuple[int, ...],
+    i: int,
+    found: dict[str, Any],
+    replay: tuple[Path, float, int, float],
+) -> None:
+    """Round ``i`` on a fresh server: this tool's replay and the other tool's, in the round's order,
+    each stored in ``found`` (and its file) as it ends, so that a failure keeps what ran."""
+    scaled, own, count, seconds = replay
+    trace = space.workload.traces[0]
+    load_spec = space.load_spec()
+    here, got = args.out / f"round-{i}", found["rounds"][i]
+    here.mkdir(exist_ok=True)
+    with serve(space, params, here / "server", partition) as served, pinned(pin):  # every client: ours, the other tool
+        server = served.handle
+        for who in ("tool", "bench") if i % 2 == 0 else ("bench", "tool"):
+            if who == "tool":
+                got["tool"] = asyncio.run(tool_run(LoadProbe(load_spec), server, args.rate, seconds))
+            elif args.tool_only:
+                continue
+            elif args.bench == "sglang":
+                got["bench"] = bench_run(server, Path(trace.trace), own / args.rate, count, here, pin)
+            else:
+                tokenizer = args.tokenizer or (Path(server.model) if Path(server.model).is_dir() else None)
+                if tokenizer is None:
+                    raise SystemExit(f"aiperf needs a tokenizer folder: --tokenizer (the served model {server.model} is not one)")
+                tool = (args.aiperf, *tokenizer_cache(tokenizer, args.out))
+                got["bench"] = aiperf_run(server, scaled, trace.block, load_spec.api, tool, seconds, here, pin)
+            (args.out / "trace-crosscheck.json").write_text(json.dumps(found, indent=2, default=str) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--space", required=True, help="a space whose workload is one trace")
@@ -170,7 +396,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=float, required=True, help="requests/s both replays run at")
     ap.add_argument("--seconds", type=float, help="each replay's length: the trace's first rate x seconds rows (default all)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tool-only", action="store_true", help="this tool's replay alone (no SGLang here)")
+    ap.add_argument("--bench", choices=("sglang", "aiperf"), default="sglang", help="the other tool")
+    ap.add_argument("--tool-only", action="store_true", help="this tool's replay alone")
+    ap.add_argument("--aiperf", default="aiperf", help="aiperf's executable (its own virtualenv)")
+    ap.add_argument("--tokenizer", type=Path, help="aiperf: a Hugging Face tokenizer folder (default: the served model's)")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds, each on a fresh server; the order alternates")
     args = ap.parse_args(argv)
     end_servers_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -183,51 +413,25 @@ def main(argv: list[str] | None = None) -> None:
     span = (rows[-1].timestamp_ms - rows[0].timestamp_ms) / 1000
     own = (len(rows) - 1) / span
     count = min(len(rows), round(args.rate * args.seconds)) if args.seconds else len(rows)
-    seconds = count / args.rate  # the first ``count`` rows, once
+    span = (rows[count - 1].timestamp_ms - rows[0].timestamp_ms) / 1000 * own / args.rate  # the first ``count`` rows at the rate
+    seconds = span * count / (count - 1) if count > 1 else 1 / args.rate  # and the mean gap after the last: each row once
     params = json.loads(args.params) if args.params else dict(space.enqueue[0])
     partition = first_partition(space)
     load_spec = space.load_spec()
     assert load_spec is not None
+    pin = client_cores(partition)
     found: dict[str, Any] = {
-        "space": args.space,
-        "params": params,
-        "rate": args.rate,
-        "trace": str(trace.trace),
-        "rows": count,
-    }
-    with serve(space, params, args.out / "server", partition) as served:
-        if partition.client_cpus:
-            os.sched_setaffinity(0, partition.client_cpus)  # every client below: the tool's senders, SGLang's bench
-        found["tool"] = asyncio.run(tool_run(LoadProbe(load_spec), served.handle, args.rate, seconds))
-        if not args.tool_only:
-            (args.out / "trace-crosscheck.json").write_text(
-                json.dumps(found, indent=2, default=str) + "\n"
-            )  # kept if the bench fails
-            found["bench"] = bench_run(served.handle, Path(trace.trace), own / args.rate, count, args.out, partition.client_cpus)
+        "space": args.space, "params": params, "rate": args.rate, "trace": str(trace.trace), "rows": count,
+        "bench_tool": None if args.tool_only else args.bench, "client_cores": list(pin), "rounds": [],
+    }  # fmt: skip
+    scaled = scaled_trace(rows, count, own, args.rate, args.out / "trace-at-rate.jsonl")
+    for i in range(args.repeats):
+        found["rounds"].append({})
+        one_round(args, space, params, partition, pin, i, found, (scaled, own, count, seconds))
+    lines = summarize(found["rounds"], args.rate, args.bench)
+    found["summary"] = lines
     (args.out / "trace-crosscheck.json").write_text(json.dumps(found, indent=2, default=str) + "\n")
-    for who in ("tool", "bench"):
-        r = found.get(who)
-        if r is None:
-            continue
-        hit = r.get("server_cache_hit_rate")
-        print(
-            f"{who}: {r['output_tok_s'] or 0:,.1f} output tok/s (server: {r.get('server_output_tok_s') or 0:,.1f}), "
-            f"cache hit {'-' if hit is None else f'{hit:.1%}'} by the server's counters, "
-            f"TTFT p99 {r.get('ttft_p99') or 0:.3f} s, ITL p99 {(r.get('itl_p99') or 0) * 1000:.1f} ms, "
-            f"prompts {r.get('prompt_tokens_mean') or 0:,.0f} tokens on average"
-        )
-    tool, bench = found["tool"], found.get("bench")
-    print(
-        f"tool: achieved/offered {tool.get('achieved_over_offered')}, cache hit by usage {tool.get('cache_hit_rate')} "
-        f"of {tool.get('cache_hit_allowed')} the hash ids allow"
-    )
-    if bench:
-        sent = f"{bench['achieved_rate'] or 0:.2f}/s delivered of {args.rate:g}"
-        print(f"bench: {bench['requests']} requests, {bench['failed']} failed, {sent}")
-        ratio = (tool["output_tok_s"] or 0) / bench["output_tok_s"] if bench["output_tok_s"] else None
-        hits = (tool.get("server_cache_hit_rate"), bench.get("server_cache_hit_rate"))
-        points = 100 * (hits[0] - hits[1]) if None not in hits else None  # type: ignore[operator]
-        print(f"output tok/s tool / bench: {ratio}; cache hit tool - bench: {points} points (each by the server's counters)")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

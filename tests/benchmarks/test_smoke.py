@@ -171,3 +171,30 @@ def test_a_benchmark_stopped_by_sigterm_leaves_no_server(tmp_path: Path, llama_s
     code = bench.wait(30)  # beside a busy loop on one of two cores it once ended 1, not 143: its stderr says why
     assert code == 128 + signal.SIGTERM, log.read_text()[-3000:]
     assert not [pid for pid in servers if Path(f"/proc/{pid}").exists()], "a server outlived its benchmark"
+
+
+@pytest.mark.integration
+def test_trace_crosscheck_benchmark_runs_its_own_replay(llama_server: Path, smollm2: Path, tmp_path: Path) -> None:
+    """This tool's side of the trace check (the other tool, SGLang's bench or aiperf, is not
+    installed here): the CPU trace's first rows on a fresh llama-server, stored per round; the
+    process's cores are its own again afterwards."""
+    import json
+    import os
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    space = tiny_space(name="trace")
+    space["parameters"]["parallel"] = {"type": "categorical", "choices": [2]}
+    space["enqueue"] = [{"ctx-size": 2048, "parallel": 2}]
+    space["workload"] = {"trace": str(ROOT / "workloads/traces/agent-cpu-32.jsonl"), "block": 32}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(space))
+    before = os.sched_getaffinity(0)
+    _load("trace_crosscheck").main(
+        ["--space", str(tmp_path / "s.yaml"), "--rate", "1", "--seconds", "4", "--tool-only", "--out", str(tmp_path / "o")]
+    )
+    assert os.sched_getaffinity(0) == before
+    found = json.loads((tmp_path / "o/trace-crosscheck.json").read_text())
+    tool = found["rounds"][0]["tool"]
+    assert found["rows"] == 4 and tool["achieved_over_offered"] >= 0.97 and tool["output_tok_s"] > 0, tool
