@@ -242,6 +242,29 @@ def test_a_space_states_its_workload_by_file_and_a_bad_trace_is_one_line_naming_
     assert not (tmp_path / "runs" / "bad").exists()
 
 
+def test_a_trace_written_inline_is_found_beside_its_space_as_well_as_from_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inline ``workload: {trace: ...}`` names its trace as a workload file does: from the current
+    folder first, else from the space's own folder; one that is in neither is one line naming the space and the key."""
+    import shutil
+
+    from tests.conftest import ROOT, tiny_space
+    from tuner.app.prepare import validate
+    from tuner.base.exceptions import SpaceError
+
+    (tmp_path / "spaces").mkdir()
+    shutil.copy(ROOT / "workloads/traces/agent-cpu-32.jsonl", tmp_path / "spaces" / "near.jsonl")
+    monkeypatch.chdir(tmp_path)
+    space = validate({**tiny_space(), "workload": {"trace": "near.jsonl", "block": 32}}, str(tmp_path / "spaces" / "s.yaml"))
+    assert space.workload.classes[0].trace == str(tmp_path / "spaces" / "near.jsonl")  # type: ignore[union-attr]
+    shutil.copy(ROOT / "workloads/traces/agent-cpu-32.jsonl", tmp_path / "near.jsonl")
+    space = validate({**tiny_space(), "workload": {"trace": "near.jsonl", "block": 32}}, str(tmp_path / "spaces" / "s.yaml"))
+    assert space.workload.classes[0].trace == str(tmp_path / "near.jsonl")  # type: ignore[union-attr]
+    with pytest.raises(SpaceError, match=r"s.yaml: workload.classes\[0\].trace: trace file 'far.jsonl' does not exist"):
+        validate({**tiny_space(), "workload": {"trace": "far.jsonl", "block": 32}}, str(tmp_path / "spaces" / "s.yaml"))
+
+
 def test_tune_workload_stats_prints_what_a_trace_holds(capsys: pytest.CaptureFixture[str]) -> None:
     from tests.conftest import ROOT, tune_here
 

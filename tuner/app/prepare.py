@@ -142,11 +142,11 @@ def _workload(space: SearchSpace, source: str) -> SearchSpace:
     """The space's ``workload:`` read (a file's path, or written inline) and checked: its traces
     read line by line (a bad line: ``FILE:LINE: what``) and fingerprinted, their paths made
     absolute (a Ray worker runs elsewhere); relative paths are from the current folder, else from
-    the workload file's."""
+    the file that names them (the workload file, or the space where it is written inline)."""
     raw = space.workload
     if raw is None:
         return space
-    where, key, folder = source, "workload.", Path.cwd()
+    where, key, folder = source, "workload.", Path(source).parent
     if isinstance(raw, str):
         path = Path(raw) if Path(raw).is_file() else Path(source).parent / raw
         if not path.is_file():
