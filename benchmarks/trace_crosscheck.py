@@ -9,7 +9,8 @@ config (``--params``, JSON; default the space's first enqueued config) starts as
 partition's client cores, where every client below runs. Then, each on a drained server:
 
 1. this tool's open loop replays the trace at ``--rate`` requests/s (its own times scaled to that
-   rate: :meth:`tuner.workload.draw.Workload.arrivals`), one pass (rows / rate seconds);
+   rate: :meth:`tuner.workload.draw.Workload.arrivals`), one pass (the rows' span at that rate and
+   one mean gap after the last);
 2. SGLang's bench replays the same file (``--dataset-name mooncake --mooncake-slowdown-factor``
    own rate / ``--rate``, ``--num-prompts`` rows: one pass), pinned to the same cores; or aiperf
    replays the same rows with their times scaled to ``--rate`` (``--fixed-schedule``, the blocks at
@@ -35,7 +36,7 @@ GGUF: ``tar xJf ../shared/gpu/model-kit.tar.xz -C /tmp/mk``, then ``/tmp/mk/toke
 
     python -m venv /tmp/aip && /tmp/aip/bin/pip install aiperf==0.13.0
     python scripts/make-agent-trace.py workloads/traces/agent-cpu-32.jsonl --block 32 --context 512 --output-max 24 --tail-id
-    python benchmarks/trace_crosscheck.py --space benchmarks/spaces/cpu-trace-aiperf.yaml --rate 0.8 --seconds 90 \
+    python benchmarks/trace_crosscheck.py --space benchmarks/spaces/cpu-trace-aiperf.yaml --rate 0.5 --seconds 120 \
         --bench aiperf --aiperf /tmp/aip/bin/aiperf --tokenizer /tmp/mk/tokenizer --repeats 3 --out /tmp/tc
 """
 
@@ -43,10 +44,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +64,14 @@ from goodput_crosscheck import first_partition, merge, sglang_result, stubs
 from tuner.app.prepare import load
 from tuner.base.stats import percentiles
 from tuner.engines import counter_total
+from tuner.host.partitions import Partition
 from tuner.host.processes import terminate_group
 from tuner.probes import Senders, ServerHandle
 from tuner.probes.load import LoadProbe, Window
 from tuner.serving.server import end_servers_on_sigterm
 from tuner.serving.trial import pinned, serve
+from tuner.space import LoadProbeSpec, SearchSpace
+from tuner.workload import TraceClass
 from tuner.workload.trace import TraceRow, read_trace
 
 # SGLang 0.5.17's bench breaks on its own mooncake rows (serving.py reads ``input_requests[0].prompt``
@@ -137,6 +143,27 @@ async def tool_run(probe: LoadProbe, server: ServerHandle, rate: float, seconds:
     }
 
 
+def pinned_client(
+    server: ServerHandle, argv: list[str], pin: tuple[int, ...], log: Path, env: dict[str, str]
+) -> tuple[int, dict[str, float | None], dict[str, float | None]]:
+    """Another tool's client run to its end, pinned to ``pin``, its output in ``log``, its whole
+    process group ended after it: its exit code and the server's counters before and after."""
+
+    async def read() -> dict[str, float | None]:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            return await counters(client, server)
+
+    taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
+    before = asyncio.run(read())
+    with log.open("w") as sink:
+        proc = subprocess.Popen([*taskset, *argv], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        try:
+            code = proc.wait()
+        finally:
+            terminate_group(proc.pid, term_timeout=5.0, proc=proc)
+    return code, before, asyncio.run(read())
+
+
 def bench_run(server: ServerHandle, trace: Path, slowdown: float, rows: int, out: Path, pin: tuple[int, ...]) -> dict[str, Any]:
     """SGLang's bench replaying ``trace`` once at ``slowdown`` x its own pace, pinned to ``pin``,
     with the server's counters around it."""
@@ -146,23 +173,10 @@ def bench_run(server: ServerHandle, trace: Path, slowdown: float, rows: int, out
         "--mooncake-slowdown-factor", f"{slowdown:.6g}", "--mooncake-num-rounds", "1", "--num-prompts", str(rows),
         "--output-file", str(out / "bench-trace.jsonl"), "--output-details",
     ]  # fmt: skip
-    taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(stubs(out)), os.environ.get("PYTHONPATH")) if p)}
-
-    async def read() -> dict[str, float | None]:
-        async with httpx.AsyncClient(trust_env=False) as client:
-            return await counters(client, server)
-
-    before = asyncio.run(read())
-    with (out / "bench-trace.log").open("w") as log:
-        proc = subprocess.Popen([*taskset, *argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        try:
-            code = proc.wait()
-        finally:
-            terminate_group(proc.pid, term_timeout=5.0, proc=proc)
+    code, before, after = pinned_client(server, argv, pin, out / "bench-trace.log", env)
     if code != 0:
         raise RuntimeError(f"SGLang's bench exited {code}: see {out}/bench-trace.log")
-    after = asyncio.run(read())
     result = sglang_result(out / "bench-trace.jsonl")
     merged = merge([result], rows / max(result["duration"], 1e-9))
     return {
@@ -191,6 +205,7 @@ def scaled_trace(rows: tuple[TraceRow, ...], count: int, own: float, rate: float
     return path
 
 
+@functools.cache  # once per run: every round's aiperf reads the same entry
 def tokenizer_cache(folder: Path, out: Path) -> tuple[dict[str, str], str]:
     """A Hugging Face tokenizer folder as an offline hub cache entry: aiperf 0.13's worker processes
     load tokenizers offline through the hub's snapshot lookup, which refuses a plain path. Returns
@@ -245,54 +260,46 @@ def aiperf_result(art: Path, schedule: list[float], window: float) -> dict[str, 
     }
 
 
+@dataclass(frozen=True)
+class Replay:
+    """What every round replays, worked out once: the trace, the load probe that sends it, the
+    file aiperf replays, the trace's own rate, the rows sent and the window they take at the rate."""
+
+    trace: TraceClass
+    load: LoadProbeSpec
+    scaled: Path
+    own: float
+    count: int
+    seconds: float
+
+
 def aiperf_run(
-    server: ServerHandle,
-    scaled: Path,
-    block: int,
-    api: str,
-    tool: tuple[str, dict[str, str], str],
-    window: float,
-    out: Path,
-    pin: tuple[int, ...],
+    server: ServerHandle, replay: Replay, tool: tuple[str, dict[str, str], str], out: Path, pin: tuple[int, ...]
 ) -> dict[str, Any]:
-    """aiperf replaying ``scaled`` (times already at the rate) on its fixed schedule, streamed,
-    output lengths forced (``ignore_eos``, as this tool asks), pinned to ``pin``, with the server's
-    counters around it. ``tool``: the aiperf executable, and the environment and name that find
-    its tokenizer (:func:`tokenizer_cache`)."""
+    """aiperf replaying ``replay.scaled`` (times already at the rate) on its fixed schedule,
+    streamed, output lengths forced (``ignore_eos``, as this tool asks), pinned to ``pin``, with the
+    server's counters around it. ``tool``: the aiperf executable, and the environment and name that
+    find its tokenizer (:func:`tokenizer_cache`)."""
+    scaled, api = replay.scaled, replay.load.api
     aiperf, env, name = tool
     art = out / "aiperf"
     argv = [
         aiperf, "profile", "--model", server.model, "--tokenizer", name, "--url", server.url,
         "--endpoint-type", "chat" if api == "chat" else "completions", "--streaming",
-        "--custom-dataset-type", "mooncake_trace", "--input-file", str(scaled), "--isl-block-size", str(block),
+        "--custom-dataset-type", "mooncake_trace", "--input-file", str(scaled), "--isl-block-size", str(replay.trace.block),
         "--fixed-schedule", "--extra-inputs", "ignore_eos:true", "--artifact-dir", str(art), "--ui-type", "none",
     ]  # fmt: skip
     if server.headers.get("Authorization"):  # aiperf takes a key on its command line, which ps and its own log show
         raise SystemExit("aiperf: the server asks for an API key, which aiperf would show in its log: check a server without one")
-    taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
-
-    async def read() -> dict[str, float | None]:
-        async with httpx.AsyncClient(trust_env=False) as client:
-            return await counters(client, server)
-
-    before = asyncio.run(read())
-    with (out / "aiperf.log").open("w") as log:
-        proc = subprocess.Popen(
-            [*taskset, *argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **env}
-        )
-        try:
-            code = proc.wait()
-        finally:
-            terminate_group(proc.pid, term_timeout=5.0, proc=proc)
+    code, before, after = pinned_client(server, argv, pin, out / "aiperf.log", {**os.environ, **env})
     if code != 0 or not (art / "profile_export_aiperf.json").exists():
         raise RuntimeError(f"aiperf exited {code}: see {out}/aiperf.log")
-    after = asyncio.run(read())
     schedule = [json.loads(line)["timestamp"] / 1000 for line in scaled.read_text().splitlines()]
-    result = aiperf_result(art, schedule, window)
+    result = aiperf_result(art, schedule, replay.seconds)
     return {**result, **by_counters(before, after, result["duration_s"] or 1.0)}
 
 
-def client_cores(partition: Any) -> tuple[int, ...]:
+def client_cores(partition: Partition) -> tuple[int, ...]:
     """Where every client runs: a GPU partition's client cores; a CPU partition's server owns its
     devices, so the clients get this process's other cores (none left: unpinned)."""
     if partition.client_cpus:
@@ -356,36 +363,33 @@ def summarize(rounds: list[dict[str, Any]], rate: float, other: str) -> list[str
 
 def one_round(
     args: argparse.Namespace,
-    space: Any,
+    space: SearchSpace,
     params: dict[str, Any],
-    partition: Any,
+    partition: Partition,
     pin: tuple[int, ...],
     i: int,
     found: dict[str, Any],
-    replay: tuple[Path, float, int, float],
+    replay: Replay,
 ) -> None:
     """Round ``i`` on a fresh server: this tool's replay and the other tool's, in the round's order,
     each stored in ``found`` (and its file) as it ends, so that a failure keeps what ran."""
-    scaled, own, count, seconds = replay
-    trace = space.workload.traces[0]
-    load_spec = space.load_spec()
     here, got = args.out / f"round-{i}", found["rounds"][i]
     here.mkdir(exist_ok=True)
     with serve(space, params, here / "server", partition) as served, pinned(pin):  # every client: ours, the other tool
         server = served.handle
         for who in ("tool", "bench") if i % 2 == 0 else ("bench", "tool"):
             if who == "tool":
-                got["tool"] = asyncio.run(tool_run(LoadProbe(load_spec), server, args.rate, seconds))
+                got["tool"] = asyncio.run(tool_run(LoadProbe(replay.load), server, args.rate, replay.seconds))
             elif args.tool_only:
                 continue
             elif args.bench == "sglang":
-                got["bench"] = bench_run(server, Path(trace.trace), own / args.rate, count, here, pin)
+                got["bench"] = bench_run(server, Path(replay.trace.trace), replay.own / args.rate, replay.count, here, pin)
             else:
                 tokenizer = args.tokenizer or (Path(server.model) if Path(server.model).is_dir() else None)
                 if tokenizer is None:
                     raise SystemExit(f"aiperf needs a tokenizer folder: --tokenizer (the served model {server.model} is not one)")
                 tool = (args.aiperf, *tokenizer_cache(tokenizer, args.out))
-                got["bench"] = aiperf_run(server, scaled, trace.block, load_spec.api, tool, seconds, here, pin)
+                got["bench"] = aiperf_run(server, replay, tool, here, pin)
             (args.out / "trace-crosscheck.json").write_text(json.dumps(found, indent=2, default=str) + "\n")
 
 
@@ -413,8 +417,9 @@ def main(argv: list[str] | None = None) -> None:
     span = (rows[-1].timestamp_ms - rows[0].timestamp_ms) / 1000
     own = (len(rows) - 1) / span
     count = min(len(rows), round(args.rate * args.seconds)) if args.seconds else len(rows)
-    span = (rows[count - 1].timestamp_ms - rows[0].timestamp_ms) / 1000 * own / args.rate  # the first ``count`` rows at the rate
-    seconds = span * count / (count - 1) if count > 1 else 1 / args.rate  # and the mean gap after the last: each row once
+    # the first ``count`` rows at the rate, and the mean gap after the last: each row once
+    replayed = (rows[count - 1].timestamp_ms - rows[0].timestamp_ms) / 1000 * own / args.rate
+    seconds = replayed * count / (count - 1) if count > 1 else 1 / args.rate
     params = json.loads(args.params) if args.params else dict(space.enqueue[0])
     partition = first_partition(space)
     load_spec = space.load_spec()
@@ -425,9 +430,10 @@ def main(argv: list[str] | None = None) -> None:
         "bench_tool": None if args.tool_only else args.bench, "client_cores": list(pin), "rounds": [],
     }  # fmt: skip
     scaled = scaled_trace(rows, count, own, args.rate, args.out / "trace-at-rate.jsonl")
+    replay = Replay(trace, load_spec, scaled, own, count, seconds)
     for i in range(args.repeats):
         found["rounds"].append({})
-        one_round(args, space, params, partition, pin, i, found, (scaled, own, count, seconds))
+        one_round(args, space, params, partition, pin, i, found, replay)
     lines = summarize(found["rounds"], args.rate, args.bench)
     found["summary"] = lines
     (args.out / "trace-crosscheck.json").write_text(json.dumps(found, indent=2, default=str) + "\n")
