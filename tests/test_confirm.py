@@ -238,7 +238,7 @@ def test_the_h200_confirmation_replays_as_held_under_the_client_rule() -> None:
     a minute made to break still breaks, and is the client's only where the sends ran late."""
     import json
 
-    from tuner.probes.load import DELIVERED_MIN, SEND_LAG_MAX
+    from tuner.probes.load import SEND_LAG_MAX, short_of_schedule
 
     stored = json.loads(
         (Path(__file__).parent.parent / "docs/data/goodput/h200-rate-2026-12-03/confirm-outcome.json").read_text()
@@ -247,16 +247,20 @@ def test_the_h200_confirmation_replays_as_held_under_the_client_rule() -> None:
     window = probe["details"]["window"]
     start = window["window_at"][0]
 
-    def judged(part: dict[str, Any]) -> dict[str, Any]:
+    def judged(part: dict[str, Any], seconds: float) -> dict[str, Any]:
         part = Level.from_dict(part).to_dict()  # as stored then: a key no level keeps now (backlog_allowance) is read past
         late = (part.get("send_lag_p99") or 0.0) > SEND_LAG_MAX
-        return {**part, "client_bound": part["achieved_over_offered"] < DELIVERED_MIN, "client_late": late}
+        due = round(part["offered_rate"] * seconds)
+        short = short_of_schedule(due, round(part["achieved_over_offered"] * due))
+        return {**part, "client_bound": short, "client_late": late}
 
-    slices = [{**judged(s), "window_at": [start + s["from_s"], start + s["from_s"] + 60.0]} for s in probe["details"]["slices"]]
+    slices = [
+        {**judged(s, 60.0), "window_at": [start + s["from_s"], start + s["from_s"] + 60.0]} for s in probe["details"]["slices"]
+    ]
     assert all(s["client_late"] and not s["client_bound"] for s in slices)  # what the run saw: late, not short
     spec = ConfirmProbeSpec(rate=60.0, duration=420, targets=SloTargets(ttft_p99=1.0, itl_p99=0.05, error_rate=0.0))
-    again = _one(spec, {**judged(window), "slices": slices})
+    again = _one(spec, {**judged(window, window["window_s"]), "slices": slices})
     assert again.metrics["held"] == 1.0 and again.metrics["slices"] == 7 and again.details["broke"] == []
     slices[2] = {**slices[2], "ttft_p99": 1.2}
-    broke = _one(spec, {**judged(window), "slices": slices})
+    broke = _one(spec, {**judged(window, window["window_s"]), "slices": slices})
     assert broke.metrics["held"] == 0.0 and "ms late at p99" in (Level.from_dict(broke.details["slices"][2]).broke or ("",))[-1]

@@ -3,13 +3,16 @@ detailed results merge into one p99 over every request, summed throughput, and w
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from goodput_crosscheck import merge, shares
+from goodput_crosscheck import merge, pinned_clients, shares
+
+from tests.conftest import assert_group_gone
 
 
 def _part(starts: list[float], ttft: float, failed: int = 0) -> dict:
@@ -82,3 +85,27 @@ def test_sglang_s_bench_runs_random_ids_of_the_space_s_lengths_and_its_result_me
     merged = merge([read], 10.0)
     assert merged["delivery_from"] == "duration less a request" and merged["achieved_over_offered"] == pytest.approx(1.0)
     assert (stubs(tmp_path) / "datasets" / "__init__.py").read_text().startswith("def load_dataset")
+
+
+CLIENT = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # outlives its parent unless its group ends
+print(sorted(os.sched_getaffinity(0)), os.getpgid(0), flush=True)
+time.sleep(float(sys.argv[1]))
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def test_pinned_clients_run_on_their_cores_and_leave_no_process_behind(tmp_path: Path) -> None:
+    """Clients run pinned together; a failing one ends the wait, and every group (the children
+    each forked included) is gone afterwards, the long one's too."""
+
+    runs = [
+        ([sys.executable, "-c", CLIENT, seconds, code], tmp_path / f"c{i}.log")
+        for i, (seconds, code) in enumerate([("0.2", "0"), ("2", "3"), ("60", "0")])
+    ]
+    assert pinned_clients(runs, (0,), dict(os.environ)) == [0, 3]  # the third not waited for
+    for _, log in runs:
+        cores, group = log.read_text().split("]")
+        assert cores == "[0", log.read_text()
+        assert_group_gone(int(group))

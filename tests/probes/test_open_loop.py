@@ -24,7 +24,7 @@ from tuner.base.records import Capacity
 from tuner.probes import LoadProbe, ServerHandle
 from tuner.probes._senders import CEILING, Senders, arrival_offsets, senders_for
 from tuner.probes._stream import RequestRecord
-from tuner.probes.load import DELIVERED_MIN, SEND_LAG_MAX, client_verdict, open_loop_figures, summarize
+from tuner.probes.load import DELIVERED_MIN, SEND_LAG_MAX, client_verdict, open_loop_figures, short_of_schedule, summarize
 from tuner.probes.slo import search_rate
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
 
@@ -115,6 +115,25 @@ def test_an_arrival_due_at_the_windows_end_and_sent_a_moment_later_is_delivered(
     assert figures["achieved_over_offered"] == pytest.approx(4 / 6) and figures["client_bound"], figures
 
 
+def test_one_arrival_missing_from_a_short_window_is_no_shortfall_and_more_than_3_percent_is() -> None:
+    """A level is client-bound when more than 3 % of its due arrivals, and more than one, were not
+    sent in time: 27 of 28 (96.4 %) is one request held up on a shared core, within the count's
+    own spread; 26 of 28 is a sender behind. In a long window the 3 % decides, as before."""
+    assert not short_of_schedule(28, 27) and short_of_schedule(28, 26)
+    assert not short_of_schedule(200, 194) and short_of_schedule(200, 193)  # 3 % of 200 is 6
+    assert not short_of_schedule(0, 0) and not short_of_schedule(5, 5) and short_of_schedule(5, 3)
+    due = [0.5 + 4.0 * k / 28 for k in range(28)]  # 28 arrivals in a 4-s window, as the real SLO test's
+    one_late = [
+        RequestRecord(ok=True, started=t, sent=t + (0.3 if k == 9 else 0.002), ttft=0.05, e2e=0.3) for k, t in enumerate(due)
+    ]
+    one_late[-1] = RequestRecord(ok=True, started=due[-1], sent=4.6, ttft=0.05, e2e=0.3)  # and the last one past the end
+    figures = open_loop_figures(one_late, 0.5, 4.5, 7.0, 0, 0.0, schedule=due)
+    assert figures["achieved_over_offered"] == pytest.approx(27 / 28) and not figures["client_bound"], figures
+    two_missing = [*one_late[:-2], RequestRecord(ok=True, started=due[-2], sent=4.7, ttft=0.05, e2e=0.3), one_late[-1]]
+    figures = open_loop_figures(two_missing, 0.5, 4.5, 7.0, 0, 0.0, schedule=due)
+    assert figures["achieved_over_offered"] == pytest.approx(26 / 28) and figures["client_bound"], figures
+
+
 def test_completions_that_fall_behind_arrivals_break_the_slo() -> None:
     """A server that completes one request every 50 ms (20/s) under 30 arrivals/s: a queue grows
     by 10 a second, whatever the latency targets say."""
@@ -177,7 +196,9 @@ def test_above_one_cores_ceiling_the_level_reaches_the_rate_or_records_its_short
     # on time is at most what was sent in the window, and what the tolerated lag past its end adds
     sent_share = summary["achieved_rate"] / summary["offered_rate"]
     assert 0 < delivered <= sent_share * (1 + 2 * SEND_LAG_MAX / summary["window_s"]), summary
-    assert summary["client_bound"] == (delivered < DELIVERED_MIN) and summary["client_late"] == (lag > SEND_LAG_MAX), summary
+    due = round(summary["offered_rate"] * summary["window_s"])
+    short = short_of_schedule(due, round(delivered * due))
+    assert summary["client_bound"] == short and summary["client_late"] == (lag > SEND_LAG_MAX), summary
     if summary["client_bound"]:
         assert found.held != rate and rate in found.client_bound, found.stop_reason
     for pid in pids:
