@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -159,11 +160,10 @@ def bench_split(
     (``achieved_over_offered``). ``load`` is (seconds of arrivals, or requests per client when
     closed; prompt tokens; output tokens)."""
     amount, prompt_tokens, output_tokens = load
-    taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
     env = dict(os.environ)
     if tool == "sglang":
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stubs(out)), env.get("PYTHONPATH")) if p)
-    procs = []
+    runs = []
     for i, share in enumerate(shares(level, k, whole=closed)):
         tag = f"{'c' if closed else 'r'}{level:g}-p{i}"
         flag = ["--max-concurrency", f"{share:g}"] if closed else ["--request-rate", f"{share:g}"]
@@ -173,23 +173,44 @@ def bench_split(
             argv = sglang_argv(url, model, flag, prompts, (prompt_tokens, output_tokens), out, name, 1000 + i)
         else:
             argv = bench_argv(url, model, flag, prompts, (prompt_tokens, output_tokens), out, name, 1000 + i, detailed=True)
-        log = (out / f"bench-{tag}.log").open("w")
-        popen = subprocess.Popen([*taskset, *argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        procs.append((popen, log, tag))
-    results = []
-    try:
-        for proc, log, tag in procs:
-            code = proc.wait()
-            log.close()
-            if code != 0:
-                raise RuntimeError(f"{tool} bench (part {tag}) exited {code}: see {out}/bench-{tag}.log")
-            saved = out / f"bench-{tag}.json"
-            results.append(sglang_result(saved) if tool == "sglang" else json.loads(saved.read_text()))
-    finally:  # a timeout's SIGTERM (SystemExit here) left two parts running on the H200: end every group
-        for proc, log, _ in procs:
-            terminate_group(proc.pid, term_timeout=5.0, proc=proc)
-            log.close()
+        runs.append((tag, argv))
+    codes = pinned_clients([(argv, out / f"bench-{tag}.log") for tag, argv in runs], pin, env)
+    for (tag, _), code in zip(runs, codes, strict=False):
+        if code != 0:
+            raise RuntimeError(f"{tool} bench (part {tag}) exited {code}: see {out}/bench-{tag}.log")
+    results = [
+        sglang_result(out / f"bench-{tag}.json") if tool == "sglang" else json.loads((out / f"bench-{tag}.json").read_text())
+        for tag, _ in runs
+    ]
     return merge(results, level, closed=closed)
+
+
+def pinned_clients(runs: list[tuple[list[str], Path]], pin: tuple[int, ...], env: dict[str, str]) -> list[int]:
+    """Client processes (each an argv and the log its output goes to) started together, each in its
+    own session, pinned to the cores ``pin`` (none: unpinned), and waited for in order: their exit
+    codes, up to the first that failed. Every group is ended afterwards, also on a timeout's
+    SIGTERM (SystemExit here), which once left two bench parts running on the H200."""
+    taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
+    started: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []
+    codes: list[int] = []
+    try:
+        for argv, path in runs:
+            sink = path.open("wb")
+            started.append(
+                (
+                    subprocess.Popen([*taskset, *argv], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env),
+                    sink,
+                )
+            )
+        for proc, _ in started:
+            codes.append(proc.wait())
+            if codes[-1] != 0:
+                break
+    finally:
+        for proc, sink in started:
+            terminate_group(proc.pid, term_timeout=5.0, proc=proc)
+            sink.close()
+    return codes
 
 
 def _in_flight(r: dict) -> float | None:

@@ -47,7 +47,6 @@ import asyncio
 import functools
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,13 +58,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from goodput_crosscheck import first_partition, merge, sglang_result, stubs
+from goodput_crosscheck import first_partition, merge, pinned_clients, sglang_result, stubs
 
 from tuner.app.prepare import load
 from tuner.base.stats import percentiles
 from tuner.engines import counter_total
 from tuner.host.partitions import Partition
-from tuner.host.processes import terminate_group
 from tuner.probes import Senders, ServerHandle
 from tuner.probes.load import LoadProbe, Window
 from tuner.serving.server import end_servers_on_sigterm
@@ -153,14 +151,8 @@ def pinned_client(
         async with httpx.AsyncClient(trust_env=False) as client:
             return await counters(client, server)
 
-    taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
     before = asyncio.run(read())
-    with log.open("w") as sink:
-        proc = subprocess.Popen([*taskset, *argv], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        try:
-            code = proc.wait()
-        finally:
-            terminate_group(proc.pid, term_timeout=5.0, proc=proc)
+    (code,) = pinned_clients([(argv, log)], pin, env)
     return code, before, asyncio.run(read())
 
 
