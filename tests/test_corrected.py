@@ -97,6 +97,27 @@ def test_export_refuses_an_answer_that_broke_with_no_load_below_that_held_unless
     assert "--request-rate" not in capsys.readouterr().out  # the serve command, not a bench's
 
 
+def test_status_and_the_pick_say_an_answer_that_broke_with_no_load_below_that_held_is_none_to_size_on(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """On the H100 (2026-12-06) status headed such a study "within the SLO: 48 requests/s" with only
+    the first run's verdict under it, and the pick said "confirmed: no result" of a confirmation with
+    two runs that broke: every run, the cut one and the verdict are shown, and the headline says the
+    figure is the short windows' only."""
+    study = _study(tmp_path)
+    found = _confirmation([_run(60.0, False, 6900.0), _run(54.0, False, 6700.0)]).to_dict()
+    found |= {"failure": "interrupted (SystemExit)", "cut_run": {"at": 48.6, "seconds": 380.0, "of": 420.0, "broke": []}}
+    save_confirmation(study, 0, found)
+    described = pick(read_study(study), "knee").describe(["g", "c"])
+    assert "confirmed: NOT held over 7 min at its SLO answer, nor at any step below it down to 54 requests/s" in described
+    assert tune_here("status", "--study", NAME, "--storage", f"sqlite:///{tmp_path}/runs/{NAME}/study.db") == 0
+    out = capsys.readouterr().out
+    assert "within the SLO in the search's short windows only (NOT confirmed): 60 requests/s" in out, out
+    assert "step down to 54 requests/s: 1.0 min, did NOT hold (ttft_p99 2.9 > 1)" in out, out
+    assert "the run at 48.6 requests/s was cut after 380 s of 420: within the SLO so far" in out, out
+    assert "the search's 60 requests/s is no answer to size on" in out, out
+
+
 def test_reading_commands_print_only_their_own_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: Any) -> None:
     """No library chatter in a command's output (issue 47): Optuna's own handler printed "[I ...] A
     new study created in memory" in the middle of `tune report`."""

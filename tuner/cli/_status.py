@@ -20,8 +20,9 @@ from tuner.base.metrics import (
     SLO_RATE_VIOLATED,
 )
 from tuner.cli._common import echo, echo_wide, terminal_width
-from tuner.results.confirmation import corrected
 from tuner.results.confirmation import describe as describe_confirmation
+from tuner.results.confirmation import steps as confirmation_steps
+from tuner.results.confirmation import uncorrected_failure
 from tuner.results.gain import gains
 from tuner.results.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.results.screen import describe_screen, screen_for
@@ -83,13 +84,14 @@ def print_best(study: StudyRecord) -> None:
         echo(f"  {c.describe(names)}")
     chosen = pick(study, "knee")
     echo(f"pick (knee): {chosen.describe(names)}")
-    if (load := slo_load(chosen.trial.metrics)) is not None:
+    found = chosen.trial.confirmed
+    said_by = "within the SLO in the search's short windows only (NOT confirmed)" if uncorrected_failure(found) else None
+    if (load := slo_load(chosen.trial.metrics, said_by or "within the SLO")) is not None:
         echo(f"  {load}")
-        found = chosen.trial.confirmed
         said = describe_confirmation(found, chosen.number) if found else ["not confirmed by a long run (tune validate --confirm)"]
         echo(f"  {said[0]}")
-        if corrected(found) is not None:
-            echo(f"  {said[-1].strip()}")
+        for line in confirmation_steps(found) if found else []:
+            echo(f"  {line.strip()}")
     for line in gain_lines(study):
         echo(line)
 
@@ -98,30 +100,31 @@ def _held(metrics: Mapping[str, float]) -> str:
     return f"; held {metrics[SLO_HELD_S]:.0f} s" if SLO_HELD_S in metrics else ""
 
 
-def slo_load(metrics: Mapping[str, float]) -> str | None:
-    """The largest load a trial held its SLO at, as its SLO probe measured it (None: not measured)."""
+def slo_load(metrics: Mapping[str, float], label: str = "within the SLO") -> str | None:
+    """The largest load a trial held its SLO at, as its SLO probe measured it (None: not measured),
+    headed ``label``."""
     if SLO_RATE in metrics:  # open loop
         rate = metrics[SLO_RATE]
         broke = f", {metrics[SLO_RATE_VIOLATED]:.3g} break it" if SLO_RATE_VIOLATED in metrics else ""
         if SLO_RATE_CLIENT_BOUND in metrics:
             broke += f"; {metrics[SLO_RATE_CLIENT_BOUND]:.3g} could not be sent (client-bound)"
         if not rate:
-            return "within the SLO: no request rate" + broke
+            return f"{label}: no request rate" + broke
         sent = ""
         if SLO_ACHIEVED_OVER_OFFERED in metrics:
             done = f", {metrics[SLO_COMPLETION_RATE]:.3g}/s completed" if SLO_COMPLETION_RATE in metrics else ""
             sent = f"; {metrics[SLO_ACHIEVED_OVER_OFFERED]:.1%} of the schedule sent{done}"
-        return f"within the SLO: {rate:.3g} requests/s (Poisson arrivals, open loop{sent}{_held(metrics)}){broke}"
+        return f"{label}: {rate:.3g} requests/s (Poisson arrivals, open loop{sent}{_held(metrics)}){broke}"
     if SLO_CONCURRENCY not in metrics:
         return None
     n = int(metrics[SLO_CONCURRENCY])
     if not n:
-        return "within the SLO: no load (1 client breaks it)"
+        return f"{label}: no load (1 client breaks it)"
     broke = f", {metrics[SLO_CONCURRENCY_VIOLATED]:.0f} break it" if SLO_CONCURRENCY_VIOLATED in metrics else ""
     names = [name for name in ("ttft", "itl", "tpot") if f"slo.{name}_p99" in metrics]
     p99 = "/".join(f"{metrics[f'slo.{name}_p99'] * 1000:,.0f}" for name in names)
     shown = "/".join(name.upper() for name in names)
-    return f"within the SLO: {n} concurrent client{'s' if n != 1 else ''}{broke}; {shown} p99 {p99} ms{_held(metrics)}"
+    return f"{label}: {n} concurrent client{'s' if n != 1 else ''}{broke}; {shown} p99 {p99} ms{_held(metrics)}"
 
 
 def gain_lines(study: StudyRecord) -> list[str]:

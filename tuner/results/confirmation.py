@@ -7,7 +7,7 @@ from typing import Any
 
 from tuner.base.level import Level
 
-__all__ = ["corrected", "describe", "describe_answer", "uncorrected_failure"]
+__all__ = ["corrected", "describe", "describe_answer", "steps", "uncorrected_failure"]
 
 
 def describe_answer(answer: Mapping[str, float]) -> str:
@@ -52,6 +52,14 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
         lines.append(f"  from {part.from_s or 0.0:,.0f} s: {part.output_tok_s or 0:,.1f} tok/s, {p99}{broke}")
     if found.get("broke"):
         lines.append(f"  the whole run broke: {'; '.join(found['broke'])}")
+    return lines + steps(found)
+
+
+def steps(found: Mapping[str, Any]) -> list[str]:
+    """What a stored confirmation did after its first run: each step down and its verdict, a cut
+    and the run it ended, and where that leaves the answer (corrected, or none to size on)."""
+    lines: list[str] = []
+    at = describe_answer(found.get("answer") or {})
     for run in (found.get("runs") or [])[1:]:
         step = describe_answer({next(iter(found.get("answer") or {"rate": 0})): run.get("at", 0.0)})
         why = "; ".join(run.get("broke") or []) or "a slice broke"
