@@ -109,3 +109,20 @@ def test_pinned_clients_run_on_their_cores_and_leave_no_process_behind(tmp_path:
         cores, group = log.read_text().split("]")
         assert cores == "[0", log.read_text()
         assert_group_gone(int(group))
+
+
+def test_an_answer_that_broke_its_confirmation_is_not_benched_unless_forced(tmp_path: Path) -> None:
+    """The committed SGLang study whose confirmation broke at 48, 43.2 and 38.88 requests/s: the
+    bench refuses to check its search answer (on the H100 it ran 1.15 x 48 for 5 minutes), with
+    one line that names the study, before any server starts."""
+    import shutil
+
+    from goodput_crosscheck import main
+
+    db = tmp_path / "study.db"
+    shutil.copy(Path(__file__).resolve().parents[2] / "docs/data/goodput/h200-sglang-2026-12-04b/study.db", db)
+    with pytest.raises(SystemExit) as refused:
+        main(["--study", "h200-sglang-goodput-rate", "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "out")])
+    said = str(refused.value.code)
+    assert "no load below it held" in said and "h200-sglang-goodput-rate" in said and "\n" not in said, said
+    assert not (tmp_path / "out" / "server.log").exists()
