@@ -21,6 +21,7 @@
 #                                              # (default docs/data/goodput/$STUDY.db)
 #   TRIM_BELOW=R                               # with DB: its confirmation's runs at R and under dropped (scripts/confirm_trim.py),
 #                                              # so that PHASE=confirm RESUME=1 runs R's step again
+#   FORCE=1                                    # bench: the search's answer also where its confirmation broke and no step held
 #   PHASE=ab RATE=R AB_SECONDS=60 REPEATS=2    # the tool's open loop at R from senders planned for 1 client core and for
 #                                              # all of them, interleaved, on one server (benchmarks/sender_ab.py)
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
@@ -66,7 +67,7 @@ else
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
     python3 benchmarks/goodput_crosscheck.py --study "$study" --out "$out/$study-bench${ONLY:+-$ONLY}" \
     --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}" --split "${SPLIT:-4}" \
-    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"} ${ONLY:+--only "$ONLY"}
+    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"} ${ONLY:+--only "$ONLY"} ${FORCE:+--force}
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
 fi
 tar czf "$out/runs-$study.tgz" --exclude=servers -C runs "$study"
