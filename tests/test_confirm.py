@@ -4,6 +4,7 @@ export and report; a run that breaks the SLO in one slice did not hold it throug
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -20,6 +21,10 @@ import yaml
 from tests.conftest import tiny_space
 from tuner.base.level import Level, levels_in
 from tuner.host.ledger import Ledger
+from tuner.probes import LoadProbe
+from tuner.probes._senders import arrival_offsets
+from tuner.probes._stream import RequestRecord
+from tuner.probes.load import summarize
 from tuner.probes.long_run import PARTIAL_FILE, RUNS_FILE, drift, loads, run_verdict, verdict
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, SloTargets
 
@@ -93,6 +98,47 @@ def test_a_run_so_far_says_what_it_broke_already_and_leaves_the_growth_to_the_wh
     assert [b.split()[0] for b in late["broke"]] == ["ttft_p99"], late
 
 
+def test_a_cut_run_keeps_its_whole_slices_so_far_each_judged_as_a_finished_run_s() -> None:
+    """A 7-minute run cut at 380 s (the H100's, 2026-12-06) kept only its figures over the whole
+    380 s: whether each of its six whole minutes held, which is what "held throughout" asks,
+    was lost. The running window now reports each whole slice once it has settled
+    (SLICE_SETTLE_S after its end), with the figures the finished window reports for it; a cut
+    keeps them judged, and status says how many held."""
+    from tuner.probes.load import SLICE_SETTLE_S
+    from tuner.probes.long_run import run_so_far
+    from tuner.results.confirmation import describe
+
+    probe = LoadProbe(LoadProbeSpec(prompt_tokens=32, output_tokens=2))
+    probe._open = (40.0, 1, type("L", (), {"t0": 0.0})(), lambda: arrival_offsets(40.0, 1))
+    recs = _open_records(40.0, 1, 400.0, slow_from=250.0)
+    start, slice_s = 10.0, 60.0
+    assert probe.figures_so_far(recs, start, start + 60.0 + SLICE_SETTLE_S - 0.1, slice_s)["slices"] == []  # not settled yet
+    so_far = probe.figures_so_far(recs, start, 390.0, slice_s)  # 380 s in: the slice ending at 370 s settled
+    assert [p["from_s"] for p in so_far["slices"]] == [0.0, 60.0, 120.0, 180.0, 240.0, 300.0]
+    assert so_far["slices"][4]["ttft_p99"] == pytest.approx(
+        summarize(recs, 250.0, 310.0, 2, 2)["ttft_p99"]
+    )  # as the end reports it
+    assert so_far["slices"][0]["achieved_over_offered"] == 1.0 and not so_far["slices"][0]["client_bound"]
+    spec = ConfirmProbeSpec(rate=40.0, duration=420, slice=60, targets=TARGETS)
+    cut = run_so_far(spec, 40.0, so_far)
+    assert [bool(s["broke"]) for s in cut["slices"]] == [False, False, False, False, True, False], cut["slices"]
+    assert cut["slices"][4]["broke"][0].startswith("ttft_p99") and "growth" not in cut["slices"][0]
+    found = {"answer": {"rate": 40.0}, "failure": "interrupted (SystemExit)", "cut_run": cut}
+    said = describe(found, 0)
+    assert "its 6 whole slice(s) so far: 1 broke it; from 240 s: ttft_p99" in said[-1], said
+
+
+def _open_records(rate: float, seed: int, until: float, *, slow_from: float) -> list[RequestRecord]:
+    """An open loop's records: each arrival sent on time, its first token 50 ms later (5 s later
+    in the 50 s from ``slow_from``: a server that slowed down), its second 20 ms after that."""
+    recs = []
+    for t in itertools.takewhile(lambda t: t < until, arrival_offsets(rate, seed)):
+        ttft = 5.0 if slow_from <= t < slow_from + 50.0 else 0.05
+        stamps = [t + ttft, t + ttft + 0.02]
+        recs.append(RequestRecord(ok=True, started=t, sent=t + 0.001, ttft=ttft, e2e=ttft + 0.02, stamps=stamps))
+    return recs
+
+
 def test_drift_is_the_trend_across_the_run() -> None:
     assert drift([100.0, 100.0, 100.0]) == 0.0
     assert drift([100.0, 95.0, 90.0, 85.0]) == pytest.approx(-15 / 92.5)
@@ -149,6 +195,44 @@ def test_a_confirmation_that_breaks_steps_the_answer_down_and_confirms_the_load_
     assert second["drained"] is True and second["drained_by"], second
     assert result.metrics["held"] == 0.0 and result.metrics["confirmed"] == 1.0 and result.metrics["steps"] == 1
     assert result.details["confirmed"] == {"concurrency": 1.0}
+
+
+@pytest.mark.integration
+def test_a_running_confirmation_keeps_its_settled_slices_as_the_finished_run_reports_them(
+    tmp_path: Path, llama_server: Path, smollm2: Path
+) -> None:
+    """While a run goes on, the file a cut leaves (PARTIAL_FILE) holds each whole slice that has
+    settled, judged, and with the figures the finished run then stores for that slice: what a cut
+    at 380 s of 420 keeps of its minutes (a real llama-server, one client, 3-s slices of 20 s)."""
+    import threading
+
+    from tests.conftest import handle, llama_server_process
+    from tuner.probes import ConfirmProbe
+
+    load = LoadProbeSpec(concurrency=[1], prompt_tokens=32, output_tokens=16, duration=3, max_duration=4, warmup=1)
+    spec = ConfirmProbeSpec(concurrency=1, duration=20, slice=3, load=load, targets=SloTargets(ttft_p99=60.0, error_rate=0.5))
+    seen: list[dict[str, Any]] = []
+    with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 1}) as server:
+        server.wait_ready()
+        done: dict[str, Any] = {}
+        runner = threading.Thread(target=lambda: done.update(r=ConfirmProbe(spec).run(replace(handle(server), keep=tmp_path))))
+        runner.start()
+        while runner.is_alive():
+            try:
+                seen.append(json.loads((tmp_path / PARTIAL_FILE).read_text()))
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        runner.join()
+    partial = max(seen, key=lambda p: len(p.get("slices") or []), default={})
+    kept = partial.get("slices") or []
+    assert len(kept) >= 2, seen[-1:] or "no partial file seen"
+    final = done["r"].details["runs"][0]["slices"]
+    assert [s["from_s"] for s in kept] == pytest.approx([3.0 * i for i in range(len(kept))])
+    for ran, ended in zip(kept, final, strict=False):  # a settled slice: as the finished run reports it
+        assert ran["from_s"] == pytest.approx(ended["from_s"]) and ran["broke"] == ended["broke"] == [], (ran, ended)
+        assert ran["output_tok_s"] == pytest.approx(ended["output_tok_s"]), (ran, ended)
+        assert ran["ttft_p99"] == pytest.approx(ended["ttft_p99"]), (ran, ended)
 
 
 @pytest.mark.integration

@@ -105,6 +105,7 @@ class LoadProbe(Probe):
         self._open: tuple[float, int, Any, Any] | None = None  # the open-loop level running: (rate, seed, its Level, schedule)
         self._idle_s: float | None = None  # a 1-token request's time on the idle server (prompts())
         self._source: Source | None = None  # what prompts() made: the levels' sessions and texts
+        self._done_slices: dict[tuple[float, float], dict[str, Any]] = {}  # a running window's whole slices, once settled
 
     @classmethod
     def metric_names(cls, spec: LoadProbeSpec) -> set[str]:
@@ -385,7 +386,7 @@ class LoadProbe(Probe):
             except TimeoutError:
                 logger.warning(late)
             start = time.perf_counter()
-            end, ci = await self._measure(records, start, window or Window(spec.duration, spec.max_duration))
+            end, ci = await self._measure(records, start, window or Window(spec.duration, spec.max_duration), slice_s)
         finally:
             await stop()
         if isinstance(self._source, WorkloadSource):
@@ -399,17 +400,20 @@ class LoadProbe(Probe):
             ]
         return summary
 
-    async def _measure(self, records: list[RequestRecord], start: float, window: Window) -> tuple[float, bool]:
+    async def _measure(
+        self, records: list[RequestRecord], start: float, window: Window, slice_s: float | None = None
+    ) -> tuple[float, bool]:
         """Wait out the window (at least ``window.least``), extending it until the CI target is met
         and ``window.more`` asks for no more time, or to ``window.most``; ``window.enough`` ends it
-        at once. Returns (end, whether the CI target was met)."""
+        at once (it sees the whole ``slice_s`` slices so far too). Returns (end, whether the CI
+        target was met)."""
         spec = self.spec
         step = min(max(window.least / 4, 0.5), STEP_MAX_S)
         end = start + (min(step, window.least) if window.enough is not None else window.least)
         while True:
             await asyncio.sleep(max(0.0, end - time.perf_counter()))
             now = time.perf_counter()
-            if window.enough is not None and window.enough(self.figures_so_far(records, start, now)):
+            if window.enough is not None and window.enough(self.figures_so_far(records, start, now, slice_s)):
                 return now, False
             if now - start < window.least:  # looking early only for ``enough``
                 end = min(now + step, start + window.least)
@@ -430,15 +434,37 @@ class LoadProbe(Probe):
                 return now, met
             end = min(now + step, start + window.most)
 
-    def figures_so_far(self, records: list[RequestRecord], start: float, now: float) -> dict[str, Any]:
+    def figures_so_far(
+        self, records: list[RequestRecord], start: float, now: float, slice_s: float | None = None
+    ) -> dict[str, Any]:
         """A running level's figures over ``[start, now)``: the summary, and an open loop's
-        delivery and growth (what a :class:`Window`'s ``more`` and ``enough`` judge)."""
+        delivery and growth (what a :class:`Window`'s ``more`` and ``enough`` judge); with
+        ``slice_s``, also each whole slice of that length ended :data:`SLICE_SETTLE_S` ago or more
+        (``slices``, with ``from_s``), as the window's end will report it: what a cut run keeps
+        of its minutes."""
         spec = self.spec
         figures = summarize(records, start, now, spec.batches, spec.output_tokens, self._asked_prompt)
         if self._open is not None:
             rate, seed, level, schedule = self._open
             figures.update(open_loop_figures(records, start, now, rate, seed, level.t0, schedule()))
+        if slice_s:
+            figures["slices"] = [self._whole_slice(records, start, a, slice_s) for a in _whole_slices(start, now, slice_s)]
         return figures
+
+    def _whole_slice(self, records: list[RequestRecord], start: float, a: float, slice_s: float) -> dict[str, Any]:
+        """A running window's whole slice ``[a, a + slice_s)``, worked out once (its figures are
+        settled: what ended in it ended, what waited at its end waited)."""
+        if (a, slice_s) not in self._done_slices:
+            b = a + slice_s
+            part = {
+                **_slice_figures(summarize(records, a, b, 2, self.spec.output_tokens, self._asked_prompt)),
+                "from_s": a - start,
+            }
+            if self._open is not None:
+                rate, seed, level, schedule = self._open
+                part.update(open_loop_figures(records, a, b, rate, seed, level.t0, schedule()))
+            self._done_slices[(a, slice_s)] = part
+        return self._done_slices[(a, slice_s)]
 
     def _result(self, levels: dict[int, dict[str, Any]], stop_reason: str) -> ProbeResult:
         metrics: dict[str, float] = {}
@@ -677,6 +703,17 @@ SLICE_FIGURES = ("output_tok_s", "requests", "ttft_p99", "itl_p99", "tpot_p99", 
 
 def _slice_figures(summary: dict[str, Any]) -> dict[str, Any]:
     return {m: summary.get(m) for m in SLICE_FIGURES}
+
+
+SLICE_SETTLE_S = (
+    5.0  # s: a whole slice is reported while its window runs once it ended this long ago (the senders' last records in)
+)
+
+
+def _whole_slices(start: float, now: float, step: float) -> list[float]:
+    """The starts of the whole ``step``-second slices of a window begun at ``start`` that ended
+    :data:`SLICE_SETTLE_S` before ``now`` or earlier."""
+    return [start + k * step for k in range(max(0, int((now - SLICE_SETTLE_S - start) // step)))]
 
 
 def _slices(start: float, end: float, step: float) -> list[tuple[float, float]]:

@@ -134,7 +134,7 @@ class ConfirmProbe(Probe):
         assert targets is not None
         if (figures.get("window_s") or 0.0) < self.spec.slice:
             return False
-        latency = {k: v for k, v in figures.items() if k != "growth"}
+        latency = {k: v for k, v in figures.items() if k not in ("growth", "slices")}
         broke = targets.violated(latency)
         return bool(broke) and client_verdict(latency, broke) is None
 
@@ -200,17 +200,25 @@ def run_verdict(spec: ConfirmProbeSpec, at: float, summary: dict[str, Any]) -> d
 
 
 SO_FAR = ("ttft_p99", "itl_p99", "error_rate", "achieved_over_offered", "completion_rate", "growth", "growth_ci")
+SLICE_SO_FAR = ("from_s", "output_tok_s", "ttft_p99", "itl_p99", "error_rate", "achieved_over_offered", "send_lag_p99")
 
 
 def run_so_far(spec: ConfirmProbeSpec, at: float, figures: dict[str, Any]) -> dict[str, Any]:
     """A run in progress as a cut leaves it: how long it has measured of its length, its goodput
     and p99s over that time, and what of the SLO they break already (the growth is judged only
-    at the end, over the whole run: not here)."""
+    at the end, over the whole run: not here); and its whole slices so far (``slices``), each
+    judged as :func:`run_verdict` judges a finished run's."""
     assert spec.targets is not None
-    latency = {k: v for k, v in figures.items() if k != "growth"}
+    latency = {k: v for k, v in figures.items() if k not in ("growth", "slices")}
     broke = spec.targets.violated(latency)
     if (why := client_verdict(latency, broke)) is not None:
         broke.append(why)
+    slices = []
+    for part in figures.get("slices") or ():
+        its = spec.targets.violated(part)
+        if (why := client_verdict(part, its)) is not None:
+            its.append(why)
+        slices.append({**{k: part.get(k) for k in SLICE_SO_FAR if part.get(k) is not None}, "broke": its})
     return {
         "at": at,
         "seconds": figures.get("window_s"),
@@ -218,6 +226,7 @@ def run_so_far(spec: ConfirmProbeSpec, at: float, figures: dict[str, Any]) -> di
         "goodput": figures.get("output_tok_s"),
         "broke": broke,
         **{k: figures.get(k) for k in SO_FAR if figures.get(k) is not None},
+        "slices": slices,
     }
 
 

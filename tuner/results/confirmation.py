@@ -90,8 +90,16 @@ def _cut(found: Mapping[str, Any]) -> list[str]:
     if run.get("growth") is not None:
         shown.append(f"growth {run['growth']:+.3f}/s")
     so_far = f"broke the SLO so far ({'; '.join(run['broke'])})" if run.get("broke") else "within the SLO so far"
-    return [
+    lines = [
         f"  the run at {step} was cut after {run.get('seconds') or 0:,.0f} s of {run.get('of') or 0:,.0f}: {so_far}"
         + (f": {', '.join(shown)}" if shown else "")
         + " (not a verdict: the whole length decides)"
     ]
+    if slices := run.get("slices"):
+        broken = [s for s in slices if s.get("broke")]
+        lines.append(
+            f"    its {len(slices)} whole slice(s) so far: "
+            + ("each within the SLO" if not broken else f"{len(broken)} broke it")
+            + "".join(f"; from {s.get('from_s') or 0:,.0f} s: {'; '.join(s['broke'])}" for s in broken)
+        )
+    return lines
