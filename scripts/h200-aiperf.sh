@@ -15,7 +15,7 @@ done
 rm -rf "$work" && mkdir -p "$work"
 # shellcheck disable=SC2086
 cat $parts > "$work/aiperf.tar"
-sums=$(ls /tmp/ap0/SHA256SUMS)
+sums=/tmp/ap0/SHA256SUMS
 (cd "$work" && sha256sum -c "$sums" >/dev/null) || { echo "h200-aiperf: aiperf.tar does not match $sums" >&2; exit 1; }
 tar xf "$work/aiperf.tar" -C "$work"
 "$python" -m venv "$venv"

@@ -85,8 +85,10 @@ def print_best(study: StudyRecord) -> None:
     chosen = pick(study, "knee")
     echo(f"pick (knee): {chosen.describe(names)}")
     found = chosen.trial.confirmed
-    said_by = "within the SLO in the search's short windows only (NOT confirmed)" if uncorrected_failure(found) else None
-    if (load := slo_load(chosen.trial.metrics, said_by or "within the SLO")) is not None:
+    label = (
+        "within the SLO in the search's short windows only (NOT confirmed)" if uncorrected_failure(found) else "within the SLO"
+    )
+    if (load := slo_load(chosen.trial.metrics, label)) is not None:
         echo(f"  {load}")
         said = describe_confirmation(found, chosen.number) if found else ["not confirmed by a long run (tune validate --confirm)"]
         echo(f"  {said[0]}")

@@ -352,9 +352,6 @@ class LoadProbe(Probe):
             self._open = None
         self._requests = itertools.count(first + level.arrivals + 1)
         start, end = summary["window_at"]
-        for part in summary.get("slices", ()):
-            a, b = part["window_at"]
-            part.update(open_loop_figures(records, a, b, rate, seed, level.t0, schedule()))
         summary.update(
             warmup_s=start - level.t0,
             in_flight_cap=cap,
@@ -394,10 +391,7 @@ class LoadProbe(Probe):
         summary = summarize(records, start, end, spec.batches, spec.output_tokens, self._asked_prompt)
         summary.update(ci_target_met=ci, window_at=[start, end])
         if slice_s:
-            summary["slices"] = [
-                {**_slice_figures(summarize(records, a, b, 2, spec.output_tokens, self._asked_prompt)), "window_at": [a, b]}
-                for a, b in _slices(start, end, slice_s)
-            ]
+            summary["slices"] = [self._slice(records, a, b) for a, b in _slices(start, end, slice_s)]
         return summary
 
     async def _measure(
@@ -455,16 +449,17 @@ class LoadProbe(Probe):
         """A running window's whole slice ``[a, a + slice_s)``, worked out once (its figures are
         settled: what ended in it ended, what waited at its end waited)."""
         if (a, slice_s) not in self._done_slices:
-            b = a + slice_s
-            part = {
-                **_slice_figures(summarize(records, a, b, 2, self.spec.output_tokens, self._asked_prompt)),
-                "from_s": a - start,
-            }
-            if self._open is not None:
-                rate, seed, level, schedule = self._open
-                part.update(open_loop_figures(records, a, b, rate, seed, level.t0, schedule()))
-            self._done_slices[(a, slice_s)] = part
+            self._done_slices[(a, slice_s)] = {**self._slice(records, a, a + slice_s), "from_s": a - start}
         return self._done_slices[(a, slice_s)]
+
+    def _slice(self, records: list[RequestRecord], a: float, b: float) -> dict[str, Any]:
+        """One slice ``[a, b)`` of a window: its figures (:data:`SLICE_FIGURES`), and a running
+        open loop's delivery and growth in it."""
+        part = {**_slice_figures(summarize(records, a, b, 2, self.spec.output_tokens, self._asked_prompt)), "window_at": [a, b]}
+        if self._open is not None:
+            rate, seed, level, schedule = self._open
+            part.update(open_loop_figures(records, a, b, rate, seed, level.t0, schedule()))
+        return part
 
     def _result(self, levels: dict[int, dict[str, Any]], stop_reason: str) -> ProbeResult:
         metrics: dict[str, float] = {}

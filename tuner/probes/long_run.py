@@ -27,7 +27,7 @@ import json
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -163,19 +163,25 @@ def _label(spec: ConfirmProbeSpec, at: float) -> str:
     return f"{at:.0f} clients" if spec.concurrency is not None else f"{at:.3g} requests/s"
 
 
+def judged(spec: ConfirmProbeSpec, figures: Mapping[str, Any]) -> list[str]:
+    """What of the SLO a run's (or a slice's) figures break, and, where the senders may be why,
+    the client's verdict after it (:func:`~tuner.probes.load.client_verdict`)."""
+    assert spec.targets is not None
+    broke = spec.targets.violated(figures)
+    if (why := client_verdict(figures, broke)) is not None:
+        broke.append(why)
+    return broke
+
+
 def run_verdict(spec: ConfirmProbeSpec, at: float, summary: dict[str, Any]) -> dict[str, Any]:
     """One run's figures against the SLO: the whole window (with its growth judged over the run's
     own length), then each slice; held only where all of them hold."""
     assert spec.targets is not None
     whole = {**summary, "horizon_s": spec.duration, "decisive": True, "request_timeout": spec.load.request_timeout}
-    broke = spec.targets.violated(whole)
-    if (why := client_verdict(summary, broke)) is not None:
-        broke.append(why)
+    broke = judged(spec, whole)
     slices = []
     for i, part in enumerate(summary.get("slices") or []):
-        its = spec.targets.violated(part)
-        if (why := client_verdict(part, its)) is not None:
-            its.append(why)
+        its = judged(spec, part)
         start = part["window_at"][0] - summary["window_at"][0]
         figures = {**{k: v for k, v in part.items() if k != "window_at"}, "index": i, "from_s": start, "broke": its}
         slices.append(Level.of(figures).to_dict())
@@ -209,16 +215,11 @@ def run_so_far(spec: ConfirmProbeSpec, at: float, figures: dict[str, Any]) -> di
     at the end, over the whole run: not here); and its whole slices so far (``slices``), each
     judged as :func:`run_verdict` judges a finished run's."""
     assert spec.targets is not None
-    latency = {k: v for k, v in figures.items() if k not in ("growth", "slices")}
-    broke = spec.targets.violated(latency)
-    if (why := client_verdict(latency, broke)) is not None:
-        broke.append(why)
-    slices = []
-    for part in figures.get("slices") or ():
-        its = spec.targets.violated(part)
-        if (why := client_verdict(part, its)) is not None:
-            its.append(why)
-        slices.append({**{k: part.get(k) for k in SLICE_SO_FAR if part.get(k) is not None}, "broke": its})
+    broke = judged(spec, {k: v for k, v in figures.items() if k not in ("growth", "slices")})
+    slices = [
+        {**{k: part.get(k) for k in SLICE_SO_FAR if part.get(k) is not None}, "broke": judged(spec, part)}
+        for part in figures.get("slices") or ()
+    ]
     return {
         "at": at,
         "seconds": figures.get("window_s"),

@@ -7,12 +7,17 @@ from typing import Any
 
 from tuner.base.level import Level
 
-__all__ = ["corrected", "describe", "describe_answer", "steps", "uncorrected_failure"]
+__all__ = ["corrected", "describe", "describe_answer", "describe_step", "steps", "uncorrected_failure"]
 
 
 def describe_answer(answer: Mapping[str, float]) -> str:
     """An SLO answer, {"concurrency": N} or {"rate": R}: "N clients" or "R requests/s"."""
     return f"{answer['concurrency']:.0f} clients" if "concurrency" in answer else f"{answer.get('rate', 0):g} requests/s"
+
+
+def describe_step(found: Mapping[str, Any], at: float) -> str:
+    """A load a stored confirmation ran at, in its answer's unit: "N clients" or "R requests/s"."""
+    return describe_answer({next(iter(found.get("answer") or {"rate": 0})): at})
 
 
 def corrected(found: Mapping[str, Any] | None) -> Mapping[str, float] | None:
@@ -61,7 +66,7 @@ def steps(found: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     at = describe_answer(found.get("answer") or {})
     for run in (found.get("runs") or [])[1:]:
-        step = describe_answer({next(iter(found.get("answer") or {"rate": 0})): run.get("at", 0.0)})
+        step = describe_step(found, run.get("at", 0.0))
         why = "; ".join(run.get("broke") or []) or "a slice broke"
         verdict = "held throughout" if run.get("held") else f"did NOT hold ({why})"
         ci = f" +- {run['goodput_ci']:,.1f}" if run.get("goodput_ci") is not None else ""
@@ -84,7 +89,7 @@ def _cut(found: Mapping[str, Any]) -> list[str]:
     run = found.get("cut_run")
     if not run:
         return []
-    step = describe_answer({next(iter(found.get("answer") or {"rate": 0})): run.get("at", 0.0)})
+    step = describe_step(found, run.get("at", 0.0))
     shown = [f"goodput {run['goodput']:,.1f}"] if run.get("goodput") is not None else []
     shown += [f"{n.upper()} p99 {run[n + '_p99'] * 1000:,.0f} ms" for n in ("ttft", "itl") if run.get(n + "_p99") is not None]
     if run.get("growth") is not None:

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from tuner.base.exceptions import ConfigError
 from tuner.objectives import CONFIGURED_CONTEXT, ObjectiveSet, role_of
-from tuner.results.confirmation import describe_answer, uncorrected_failure
+from tuner.results.confirmation import describe_step, uncorrected_failure
 from tuner.results.noise import NoiseFloor, differs, half_width, is_noisy, kept, noise_floor, prior_floor, probe_cis, set_aside
 from tuner.trials import Studied, StudyRecord, TrialRecord, record_of
 
@@ -75,8 +75,7 @@ class Candidate:
             verdict = "no result" if found.get("failure") and not runs else "held" if found.get("held") else "NOT held"
             text += f"; confirmed: {verdict} over {found.get('seconds', 0.0) / 60:.0f} min at its SLO answer"
             if uncorrected_failure(found) and len(runs) > 1:
-                lowest = describe_answer({next(iter(found.get("answer") or {"rate": 0})): min(r.get("at", 0.0) for r in runs)})
-                text += f", nor at any step below it down to {lowest}"
+                text += f", nor at any step below it down to {describe_step(found, min(r.get('at', 0.0) for r in runs))}"
             if (kept := found.get("confirmed_answer")) and not found.get("held"):
                 at = ", ".join(f"{v:g} {'requests/s' if k == 'rate' else 'clients'}" for k, v in kept.items())
                 text += f", held a step below it: {at} (the answer now)"
