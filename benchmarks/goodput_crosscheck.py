@@ -36,8 +36,9 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -267,6 +268,21 @@ def merge(results: list[dict], level: float, *, closed: bool = False) -> dict:
     return merged
 
 
+def confirmation_at(confirmed: Mapping[str, Any] | None, at: float) -> tuple[tuple[float, float] | None, str]:
+    """The tool's own figure at a load ``--at`` names: the goodput (and its CI) of the study's
+    confirmation run at that load, and a line saying what that run found; none where no run was there."""
+    for run in (confirmed or {}).get("runs") or ():
+        if math.isclose(float(run["at"]), at, rel_tol=1e-6):
+            said = "held" if run.get("held") else "did NOT hold (" + ("; ".join(run.get("broke") or []) or "a slice broke") + ")"
+            ci = float(run.get("goodput_ci") or 0.0)
+            seconds = float(run.get("seconds") or 0)
+            return (
+                float(run["goodput"]),
+                ci,
+            ), f"its confirmation run of {seconds:.0f} s {said}, goodput {run['goodput']:,.1f} +- {ci:,.1f}"
+    return None, "no confirmation run at that load (no ratio)"
+
+
 def _sent(r: dict) -> dict:
     keys = ("achieved_rate", "achieved_concurrency", "achieved_over_offered")
     return {k: r[k] for k in (*keys, "delivery_from", "parts", "requests_per_part") if k in r}
@@ -295,13 +311,21 @@ def main(argv: list[str] | None = None) -> None:
         help="one of the two levels on its own server (two 10-minute commands on the H200 hold 5 minutes each)",
     )
     ap.add_argument("--force", action="store_true", help="bench an SLO answer that broke its confirmation all the same")
+    ap.add_argument(
+        "--at",
+        type=float,
+        help="bench at this load (requests/s, or clients) instead of the study's answer: a step its confirmation ran, say; "
+        "the tool's figure beside it is that confirmation run's",
+    )
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     study = open_existing(args.study, args.storage)
     space = stored_space(study)
     chosen = pick(study, "knee")
     m = chosen.trial.metrics
-    if uncorrected_failure(chosen.trial.confirmed) and not args.force:  # on the H100 it benched 1.15 x a 48/s known to break
+    if (
+        uncorrected_failure(chosen.trial.confirmed) and not args.force and args.at is None
+    ):  # on the H100 it benched 1.15 x a 48/s known to break
         sys.exit(
             f"goodput_crosscheck: trial {chosen.number}'s SLO answer did not hold its confirmation and no load below it held "
             f"(`tune status --study {args.study}`): no answer to check; `tune validate --confirm --resume` goes on, "
@@ -313,6 +337,11 @@ def main(argv: list[str] | None = None) -> None:
     targets, rate = slo.targets, slo.mode == "rate"
     answer = m["slo.rate"] if rate else int(m["slo.concurrency"])
     unit = "requests/s" if rate else "clients"
+    tool_goodput: tuple[float, float] | None = (m["slo.goodput"], m.get("slo.goodput_ci", 0.0))
+    if args.at is not None:
+        answer = args.at if rate else int(args.at)
+        tool_goodput, said = confirmation_at(chosen.trial.confirmed, answer)
+        print(f"bench at {answer} {unit}, as asked (--at), not at the study's answer; the tool there: {said}")
     assert answer > 0, m
     levels = [answer, round(args.above * answer, 2)] if rate else [answer, math.ceil(args.above * answer)]
     tool = "sglang" if space.engine == "sglang" else "vllm"
@@ -370,15 +399,16 @@ def main(argv: list[str] | None = None) -> None:
                 + ("meets the SLO" if not broke else "misses the SLO (" + "; ".join(broke) + ")")
             )
     at = {row["level"]: row for row in rows}
-    ratio = m["slo.goodput"] / at["answer"]["output_tok_s"] if "answer" in at else None
+    ratio = tool_goodput[0] / at["answer"]["output_tok_s"] if "answer" in at and tool_goodput else None
     summary = {
         "study": args.study, "trial": chosen.number, "params": dict(chosen.trial.params), "slo": targets.model_dump(),
         "tune": {k: v for k, v in m.items() if k.startswith("slo.")},
-        "mode": slo.mode, "bench": rows, "goodput_over_bench_at_n": ratio,
+        "mode": slo.mode, "bench": rows, "goodput_over_bench_at_n": ratio, "at": args.at,
     }  # fmt: skip
     (args.out / f"crosscheck{'-' + args.only if args.only else ''}.json").write_text(json.dumps(summary, indent=2) + "\n")
-    goodput, ci = m["slo.goodput"], m.get("slo.goodput_ci", 0.0)
-    print(f"tune: trial {chosen.number} holds the SLO at {answer} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}")
+    if args.at is None:
+        goodput, ci = m["slo.goodput"], m.get("slo.goodput_ci", 0.0)
+        print(f"tune: trial {chosen.number} holds the SLO at {answer} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}")
     if ratio is not None:
         print(f"ratio goodput / bench output throughput at {answer}: {ratio:.3f} (within 5 %: {abs(ratio - 1) <= 0.05})")
         print(f"bench meets the SLO at the answer: {not at['answer']['broke']}")

@@ -22,6 +22,7 @@
 #   TRIM_BELOW=R                               # with DB: its confirmation's runs at R and under dropped (scripts/confirm_trim.py),
 #                                              # so that PHASE=confirm RESUME=1 runs R's step again
 #   FORCE=1                                    # bench: the search's answer also where its confirmation broke and no step held
+#   AT=R                                       # bench: at R (and 1.15 R) instead of the study's answer, beside its confirmation run at R
 #   PHASE=ab RATE=R AB_SECONDS=60 REPEATS=2    # the tool's open loop at R from senders planned for 1 client core and for
 #                                              # all of them, interleaved, on one server (benchmarks/sender_ab.py)
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
@@ -67,8 +68,13 @@ else
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
     python3 benchmarks/goodput_crosscheck.py --study "$study" --out "$out/$study-bench${ONLY:+-$ONLY}" \
     --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}" --split "${SPLIT:-4}" \
-    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"} ${ONLY:+--only "$ONLY"} ${FORCE:+--force}
+    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"} ${ONLY:+--only "$ONLY"} ${FORCE:+--force} ${AT:+--at "$AT"}
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
+  # $OUT brings back 8 files: the parts' summaries (without their per-request arrays, 12 MB a part) in one
+  # file, everything else of the bench in one archive, instead of a file per part that did not all come back
+  bench="$out/$study-bench${ONLY:+-$ONLY}"
+  python3 scripts/bench_parts.py "$bench" > "$bench-parts.jsonl"
+  tar czf "$bench.tgz" --exclude='bench-*.json' -C "$out" "$(basename "$bench")" && rm -rf "$bench"
 fi
 tar czf "$out/runs-$study.tgz" --exclude=servers -C runs "$study"
 nvidia-smi --query-gpu=index,memory.used --format=csv; ps -eo pid,pgid,cmd | grep -E "vllm|EngineCore|sglang" | grep -v grep || echo "no engine process left"

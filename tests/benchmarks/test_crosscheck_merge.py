@@ -126,3 +126,22 @@ def test_an_answer_that_broke_its_confirmation_is_not_benched_unless_forced(tmp_
     said = str(refused.value.code)
     assert "no load below it held" in said and "h200-sglang-goodput-rate" in said and "\n" not in said, said
     assert not (tmp_path / "out" / "server.log").exists()
+
+
+def test_a_load_named_by_at_is_compared_with_the_confirmation_run_there() -> None:
+    """``--at`` benches a step the confirmation ran (the H100's 38.88 requests/s, 7 minutes, one slice
+    over the TTFT target): the tool's figure beside the bench is that run's goodput, not the
+    search's answer's; a load no run measured gives no ratio."""
+    import json
+    import sqlite3
+
+    from goodput_crosscheck import confirmation_at
+
+    db = Path(__file__).resolve().parents[2] / "docs/data/goodput/h100-sglang-2026-12-06b/study.db"
+    with sqlite3.connect(db) as c:
+        (stored,) = c.execute("select value_json from study_user_attributes where key = 'confirmed.0'").fetchone()
+    confirmed = json.loads(stored)
+    figure, said = confirmation_at(confirmed, 38.88)
+    assert figure is not None and round(figure[0], 1) == 4924.8 and round(figure[1], 1) == 105.3, figure
+    assert "420 s did NOT hold" in said, said
+    assert confirmation_at(confirmed, 40.0) == (None, "no confirmation run at that load (no ratio)")
