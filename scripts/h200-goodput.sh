@@ -24,7 +24,8 @@
 #   FORCE=1                                    # bench: the search's answer also where its confirmation broke and no step held
 #   AT=R                                       # bench: at R (and 1.15 R) instead of the study's answer, beside its confirmation run at R
 #   PHASE=ab RATE=R AB_SECONDS=60 REPEATS=2    # the tool's open loop at R from senders planned for 1 client core and for
-#                                              # all of them, interleaved, on one server (benchmarks/sender_ab.py)
+#                                              # all of them, interleaved, on one server (benchmarks/open_loop_ab.py)
+#   PHASE=ab RATE=R AB='{}' AB2='{"min_tokens": 128}'   # ... with these two request bodies instead of the two plans
 # Everything lands in $OUT: the tune's log and study, the bench results (benchmarks/goodput_crosscheck.py).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"; study=${STUDY:-h200-vllm-goodput}
@@ -55,8 +56,8 @@ PY
 )" || true
 elif [ "$PHASE" = ab ]; then
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
-    python3 benchmarks/sender_ab.py --study "$study" --out "$out/ab" ${RATE:+--rate "$RATE"} \
-    --seconds "${AB_SECONDS:-60}" --repeats "${REPEATS:-2}"
+    python3 benchmarks/open_loop_ab.py --study "$study" --out "$out/ab" ${RATE:+--rate "$RATE"} \
+    --seconds "${AB_SECONDS:-60}" --repeats "${REPEATS:-2}" ${AB:+--request "$AB"} ${AB2:+--request "$AB2"}
   echo "ab exit $? after $(( $(date +%s) - t0 ))s"
 elif [ "$PHASE" = confirm ]; then
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \

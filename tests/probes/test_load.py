@@ -138,6 +138,24 @@ def test_prompts_are_distinct_with_an_optional_shared_prefix() -> None:
     assert x[:10] == y[:10] and x[10:] != y[10:] and len(x) == 40
 
 
+def test_a_request_carries_the_clients_sampling_and_the_probe_s_exact_length() -> None:
+    """``request`` fields reach every request's body over the greedy default; the length is
+    ``max_tokens`` with ``ignore_eos``, and no ``min_tokens`` (on SGLang a penalizer on every
+    decode step, which neither its bench nor users' clients send)."""
+    from tuner.probes import ServerHandle
+
+    server = ServerHandle("http://127.0.0.1:1", "m", None)
+    url, body, _ = LoadProbe(LoadProbeSpec(output_tokens=7, request={"temperature": 0.7, "top_p": 0.9}))._template(server)
+    assert url == "http://127.0.0.1:1/v1/completions"
+    assert body["temperature"] == 0.7 and body["top_p"] == 0.9
+    assert body["max_tokens"] == 7 and body["ignore_eos"] is True and "min_tokens" not in body
+    _, plain, _ = LoadProbe(LoadProbeSpec(output_tokens=7))._template(server)
+    assert plain["temperature"] == 0.0 and "top_p" not in plain
+    assert {k: v for k, v in plain.items() if k != "temperature"} == {
+        k: v for k, v in body.items() if k not in ("temperature", "top_p")
+    }
+
+
 def test_metric_names_cover_levels_and_target() -> None:
     names = LoadProbe.metric_names(LoadProbeSpec(concurrency=[1, 4], target=4))
     assert {"output_tok_s@1", "output_tok_s@4", "output_tok_s", "ttft_p99@4", "error_rate"} <= names

@@ -52,6 +52,8 @@ MALFORMED = [
     ("constraints", ["batch-size <=> 4"], "constraints[0]", "constraint"),
     ("probes.load.concurrency", [0], "probes.load.concurrency.0", "greater than or equal to 1"),
     ("probes.load.target", 64, "probes.load", "not one of concurrency"),
+    ("probes.load.request", {"max_tokens": 5, "top_p": 0.9}, "probes.load.request", "max_tokens, which the probe owns"),
+    ("probes.load.request", "greedy", "probes.load.request", "dictionary"),
     ("probes.recall", {"lengths": [4096, 1024]}, "probes.recall.lengths", "ascending"),
     ("objectives", "speed-at-all-costs", "objectives", "unknown objective set"),
     ("objectives", "throughput-vs-context", "objectives", "recall.effective_context"),

@@ -366,9 +366,7 @@ async def _level(plan: Plan, client: httpx.AsyncClient, inbox: asyncio.Queue[tup
             rec = live[i * MAX_TURNS + k] = RequestRecord(
                 ok=False, started=at, session=session.index, turn=k, asked_prompt=turn.prompt_tokens, asked_output=turn.output
             )  # sent: when its bytes are written (stream_request)
-            body = with_prompt(
-                {**plan.body, "max_tokens": turn.output, "min_tokens": turn.output}, plan.api, plan.source.text(session, k)
-            )
+            body = with_prompt({**plan.body, "max_tokens": turn.output}, plan.api, plan.source.text(session, k))
             try:
                 rec.at_gate = time.perf_counter()
                 async with gate:

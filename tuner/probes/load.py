@@ -147,9 +147,7 @@ class LoadProbe(Probe):
         maker = PromptMaker(vocabulary, self.spec.prompt_tokens, prefix_tokens=self.spec.prefix_tokens)
         probe = maker.make(-1)
         url, body, headers = self._request(server, probe)
-        rec = await stream_request(
-            client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers, cached_field=server.cached_tokens_field
-        )
+        rec = await stream_request(client, url, {**body, "max_tokens": 1}, headers, cached_field=server.cached_tokens_field)
         self._idle_s = rec.e2e if rec.ok else None
         if rec.prompt_tokens is None:
             logger.warning("the server reports no usage.prompt_tokens: prompt lengths are not checked (%s)", rec.error)
@@ -182,7 +180,7 @@ class LoadProbe(Probe):
 
         async def ping() -> float | None:
             url, body, headers = self._request(server, f"{next(self._requests)} ping")
-            rec = await stream_request(client, url, {**body, "max_tokens": 1, "min_tokens": 1}, headers)
+            rec = await stream_request(client, url, {**body, "max_tokens": 1}, headers)
             return rec.e2e if rec.ok else None
 
         return await drain(client, server, ping, idle_s=self._idle_s, bound=max(self.spec.request_timeout, 30.0))
@@ -193,10 +191,10 @@ class LoadProbe(Probe):
         n = output or self.spec.output_tokens
         body: dict[str, Any] = {
             "model": server.model,
-            "max_tokens": n,
-            "min_tokens": n,
-            "ignore_eos": True,
             "temperature": 0.0,
+            **self.spec.request,  # the clients' sampling settings, over the greedy default
+            "max_tokens": n,  # exact with ignore_eos on every engine here; no min_tokens: on SGLang a per-step penalizer
+            "ignore_eos": True,
             "stream": True,
             "stream_options": {"include_usage": True},
         }

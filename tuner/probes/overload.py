@@ -60,7 +60,6 @@ class OverloadProbe(Probe):
             body: dict[str, Any] = {
                 "model": server.model,
                 "max_tokens": self.spec.output_tokens,
-                "min_tokens": self.spec.output_tokens,
                 "ignore_eos": True,
                 "temperature": 0.0,
                 "stream": True,

@@ -64,7 +64,6 @@ class ServedContextProbe(Probe):
         body = {
             "model": server.model,
             "max_tokens": out,
-            "min_tokens": out,
             "ignore_eos": True,
             "temperature": 0.0,
             "stream": True,
@@ -73,9 +72,7 @@ class ServedContextProbe(Probe):
         async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
             vocabulary = await one_token_words(Tokenizer(client, server.url, server.model, server.headers))
             small = PromptMaker(vocabulary, CALIBRATION_TOKENS, seed=SEED)
-            probe = await stream_request(
-                client, url, {**body, "prompt": small.make(-1), "max_tokens": 1, "min_tokens": 1}, server.headers
-            )
+            probe = await stream_request(client, url, {**body, "prompt": small.make(-1), "max_tokens": 1}, server.headers)
             if probe.prompt_tokens is None:
                 raise ProbeError(
                     f"the server reports no usage.prompt_tokens: a prompt of exactly {asked} tokens cannot be checked "

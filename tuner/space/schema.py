@@ -168,6 +168,19 @@ class _ProbeSpec(_Strict):
         return parse_duration(v)
 
 
+OWNED_FIELDS = (
+    "model",
+    "prompt",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "ignore_eos",
+    "stream",
+    "stream_options",
+    "n",
+)
+
+
 class LoadProbeSpec(_ProbeSpec):
     """A closed loop per concurrency level, measured in a steady-state window (see probes.load).
 
@@ -176,6 +189,12 @@ class LoadProbeSpec(_ProbeSpec):
     requests each client finishes before the window opens (>= 1: one full wave). ``requests``:
     an optional floor of requests finished inside the window. ``prefix_tokens``: leading tokens
     shared by every prompt (a shared-prefix workload on purpose; 0: every prompt is new).
+    ``request``: fields added to every request's body, as the clients being served send them
+    (sampling: ``temperature``, ``top_p``, ``top_k``, penalties...). They are not free: on
+    SGLang a penalty such as ``min_tokens`` adds work to every decode step. The probe owns the
+    fields that make its measurement (:data:`OWNED_FIELDS`: the prompt, the exact output length
+    by ``max_tokens`` and ``ignore_eos``, streaming with usage); by default it sends greedy decoding
+    (``temperature: 0``) and nothing else.
     """
 
     api: Literal["completions", "chat"] = "completions"
@@ -193,6 +212,17 @@ class LoadProbeSpec(_ProbeSpec):
     request_timeout: float = 120.0
     dataset: str | None = None
     workload: WorkloadSpec | None = None  # the space's ``workload:`` (set when it loads): instead of the fixed shape
+    request: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("request")
+    @classmethod
+    def _not_owned(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if owned := sorted(set(v) & set(OWNED_FIELDS)):
+            raise ValueError(
+                f"request sets {', '.join(owned)}, which the probe owns (the prompt, the output length, streaming): "
+                "set the lengths by prompt_tokens/output_tokens or a workload"
+            )
+        return v
 
     @field_validator("duration", "max_duration", mode="before")
     @classmethod

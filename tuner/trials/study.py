@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -25,13 +27,33 @@ def space_fingerprint(space: SearchSpace) -> str:
     """A digest of the validated space, independent of YAML formatting and comments. A workload's
     trace counts by its content (sha256) and name, not the folder it was found in (made absolute
     when the space loads): a study resumed from another checkout is the same study."""
-    dumped = space.model_dump(mode="json")
+    canonical = json.dumps(_canonical(space.model_dump(mode="json")), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a dumped space with each fingerprinted trace named by its file name alone."""
+    dumped = copy.deepcopy(dumped)
     for kind in (dumped.get("workload") or {}).get("classes", []) if isinstance(dumped.get("workload"), dict) else []:
         for key in ("trace", "agentic"):
             if kind.get("sha256") and isinstance(kind.get(key), str):
                 kind[key] = Path(kind[key]).name
-    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return dumped
+
+
+def differences(stored: Any, current: Any, at: str = "") -> list[str]:
+    """The dotted keys where two dumped spaces differ (a key one lacks counts), in order: what a
+    refused resume names, also where the space file is unchanged and a newer tuner's schema added
+    a field or the probe's requests changed."""
+    if isinstance(stored, dict) and isinstance(current, dict):
+        found: list[str] = []
+        for key in [*stored, *(k for k in current if k not in stored)]:
+            found += differences(stored.get(key, _MISSING), current.get(key, _MISSING), f"{at}.{key}" if at else key)
+        return found
+    return [] if stored == current else [at or "(the whole space)"]
+
+
+_MISSING = object()
 
 
 def make_sampler(space: SearchSpace, *, name: str | None = None, seed: int | None = None) -> optuna.samplers.BaseSampler:
@@ -89,9 +111,11 @@ def open_study(
     record = read_study(study, trials=False)
     stored = record.fingerprint
     if stored is not None and stored != fingerprint and not force:
+        changed = differences(_canonical(dict(record.space or {})), _canonical(space.model_dump(mode="json")))
+        said = f": {', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''} differ" if changed else ""
         raise ConfigError(
             f"study {name!r} was created with a different space "
-            f"({record.space_file}); rerun with --force to continue it with {source}, "
+            f"({record.space_file}{said}); rerun with --force to continue it with {source}, "
             "or choose another --study"
         )
     if stored is None:

@@ -1,0 +1,50 @@
+"""The open-loop A/B: arms interleaved on one real llama-server, each a sender plan or a request body."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from open_loop_ab import Variant, main, variants
+
+
+def test_arms_are_the_two_plans_or_the_bodies_from_every_core() -> None:
+    assert variants(4, None) == [Variant(1), Variant(4)]
+    assert variants(1, None) == [Variant(1)]
+    assert variants(0, None) == [Variant(1)]
+    bodies = variants(4, [{}, {"min_tokens": 8}])
+    assert bodies == [Variant(4, {}), Variant(4, {"min_tokens": 8})]
+    assert [b.label for b in bodies] == ["request {}", 'request {"min_tokens": 8}']
+
+
+def test_a_request_field_the_probe_owns_is_refused_before_a_server_starts(real_study, tmp_path: Path) -> None:
+    study, run_dir, _ = real_study
+    with pytest.raises(Exception, match="max_tokens, which the probe owns"):
+        main(["--study", study.study_name, "--storage", run_dir.db_url, "--out", str(tmp_path), "--request", '{"max_tokens": 3}'])
+    assert not (tmp_path / "server").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.one_core
+def test_two_request_bodies_interleaved_on_one_real_server(real_study, tmp_path: Path) -> None:
+    """Two arms (the space's body, and one with a sampling field over it), a round each at 2
+    requests/s: each level delivered its schedule with outputs of the asked length, the rows
+    say which body they sent, and the summary has a line per arm."""
+    study, run_dir, _ = real_study
+    main([
+        "--study", study.study_name, "--storage", run_dir.db_url, "--out", str(tmp_path), "--rate", "2", "--seconds", "3",
+        "--repeats", "1", "--request", "{}", "--request", '{"temperature": 0.8, "top_k": 5}',
+    ])  # fmt: skip
+    found = json.loads((tmp_path / "open-loop-ab.json").read_text())
+    rows = found["rows"]
+    assert [r["request"] for r in rows] == [{}, {"temperature": 0.8, "top_k": 5}]
+    for row in rows:
+        assert row["achieved_over_offered"] >= 0.9 and row["short_outputs"] == 0, row
+    labels = ["request {}", 'request {"temperature": 0.8, "top_k": 5}']
+    assert [r["arm"] for r in rows] == labels
+    assert all(line.startswith(f"{label}, ") for line, label in zip(found["summary"], labels, strict=True))
+    assert (tmp_path / "server" / "server.log").is_file()
