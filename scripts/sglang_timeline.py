@@ -2,25 +2,49 @@
 and queued, written every 40 decode steps) per window of seconds after the server was ready.
 
     python scripts/sglang_timeline.py server.log [--every 30]
+    python scripts/sglang_timeline.py server.log --steps     # the decode step's time by requests running
+
+``--steps``: each line's requests running over its generation throughput is the mean time of one
+decode step over the last 40 (prefill batches between them included), binned by requests running
+(medians, bins of 8 with at least 5 lines): two loads compare at equal batch.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] ")
 DECODE = re.compile(r"Decode batch, #running-req: (\d+),.*#queue-req: (\d+)")
+THROUGHPUT = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
+
+
+def step_times(lines: list[str], width: int = 8) -> dict[int, list[float]]:
+    """Milliseconds per decode step, by the bin of requests running it was logged at (2 or more
+    running; a bin's key is its lowest count, the last bin open: 64 and over)."""
+    bins: dict[int, list[float]] = defaultdict(list)
+    for line in lines:
+        if (m := THROUGHPUT.search(line)) and (running := int(m.group(1))) >= 2 and (rate := float(m.group(2))) > 0:
+            bins[min(running // width * width, 64)].append(1000 * running / rate)
+    return bins
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("log", type=Path)
     ap.add_argument("--every", type=int, default=30, help="seconds per row")
+    ap.add_argument("--steps", action="store_true", help="the decode step's time by requests running, not the timeline")
     args = ap.parse_args()
+    if args.steps:
+        print(f"SGLang's decode step by requests running, {args.log.name} (median ms over 40 steps, lines):")
+        for low, times in sorted(step_times(args.log.read_text(errors="replace").splitlines()).items()):
+            if len(times) >= 5:
+                print(f"  {low:3d}-{low + 7:3d} running: {statistics.median(times):5.2f} ms ({len(times)} lines)")
+        return
     ready: datetime | None = None
     rows: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for line in args.log.read_text(errors="replace").splitlines():

@@ -7,6 +7,8 @@ broke and found none is refused by export unless forced. On the committed H200 v
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +184,10 @@ def test_a_confirmation_cut_short_keeps_its_finished_runs_and_resumes_a_step_bel
     space, run_dir = stored_space(study), RunDir(tmp_path / "runs" / NAME)
     # cut 414 s into the 7-minute run at 54/s (the H200's cut run: 6 s short, and nothing kept of it)
     so_far = {"window_s": 414.0, "output_tok_s": 6790.0, "ttft_p99": 0.42, "itl_p99": 0.031, "error_rate": 0.0, "growth": 0.002}
-    cut = _Cut([{**_run(60.0, False, 6900.0), "slices": [], "drift": -0.1}], cut=True, so_far=so_far)
+    from tuner.probes.load import request_body
+
+    sent = request_body(space.load_spec())  # type: ignore[arg-type]
+    cut = _Cut([{**_run(60.0, False, 6900.0), "slices": [], "drift": -0.1, "body": sent}], cut=True, so_far=so_far)
     with pytest.raises(SystemExit):
         confirm(study, space, run_dir, cut, pick(read_study(study), "knee"), seconds=420.0, steps=2)  # type: ignore[arg-type]
     assert cut.asked[0].rate == 60.0 and cut.asked[0].steps == 2
@@ -206,6 +211,42 @@ def test_a_confirmation_cut_short_keeps_its_finished_runs_and_resumes_a_step_bel
     assert after is not None and after.metrics["slo.rate"] == 54.0 and not uncorrected_failure(after.confirmed)
     with pytest.raises(ConfigError, match="already held at 54 requests/s"):
         confirm(study, space, run_dir, holds, pick(read_study(study), "knee"), seconds=420.0, resume=True)  # type: ignore[arg-type]
+
+
+def test_a_confirmation_measured_with_another_request_body_is_not_resumed(tmp_path: Path) -> None:
+    """The H200's 2026-12-04b study: its runs at 48 and 43.2 requests/s sent min_tokens, which
+    tuner no longer sends (SGLang serves it with a penalizer on every decode step). A step below
+    them measured without it would not compare with them: `--resume` refuses, in one line, before
+    any server starts; a stored run whose body differs otherwise is refused the same way."""
+    from tuner.app.read import stored_space
+    from tuner.base.artifacts import RunDir
+    from tuner.orchestration.confirm import confirm
+    from tuner.probes.load import request_body
+
+    db = ROOT / "docs/data/goodput/h200-sglang-2026-12-04b/study.db"
+    runs = tmp_path / "runs" / "h200-sglang-goodput-rate"
+    runs.mkdir(parents=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts/confirm_trim.py"), str(db), str(runs / "study.db"), "--study",
+         "h200-sglang-goodput-rate", "--below", "40"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    study = optuna.load_study(study_name="h200-sglang-goodput-rate", storage=f"sqlite:///{runs / 'study.db'}")
+    space, run_dir = stored_space(study), RunDir(runs)
+    never = _Cut([], cut=False)
+    with pytest.raises(ConfigError) as refused:
+        confirm(study, space, run_dir, never, pick(read_study(study), "knee"), seconds=420.0, resume=True)  # type: ignore[arg-type]
+    said = str(refused.value)
+    assert "stored runs sent another request body (one with min_tokens, as tuner sent until 2026-12-06" in said, said
+    assert "without --resume" in said and "\n" not in said and never.asked == []
+    # a body recorded, but another one (a space whose request changed since)
+    record = read_study(study).trial(0)
+    assert record is not None and record.confirmed is not None
+    other = {**request_body(space.load_spec()), "top_p": 0.5}  # type: ignore[arg-type]
+    changed = {**record.confirmed, "runs": [{**r, "body": other} for r in record.confirmed["runs"]]}
+    save_confirmation(study, 0, changed)
+    with pytest.raises(ConfigError, match=r'"top_p": 0\.5'):
+        confirm(study, space, run_dir, never, pick(read_study(study), "knee"), seconds=420.0, resume=True)  # type: ignore[arg-type]
 
 
 def test_an_objective_on_goodput_per_gpu_takes_the_corrected_figure() -> None:

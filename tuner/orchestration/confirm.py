@@ -35,6 +35,7 @@ from tuner.base.records import TrialOutcome
 from tuner.host.ledger import Ledger
 from tuner.launching.executors import Executor
 from tuner.launching.scheduler import Scheduler
+from tuner.probes.load import request_body
 from tuner.probes.long_run import PARTIAL_FILE, RUNS_FILE, step_below
 from tuner.results.confirmation import describe_answer
 from tuner.results.pick import Candidate
@@ -187,6 +188,14 @@ def _resumed(space: SearchSpace, chosen: Candidate) -> tuple[dict[str, float], t
         raise ConfigError(
             f"confirm --resume: trial {chosen.number}'s confirmation already held at "
             f"{describe_answer(stored.get('confirmed_answer') or {})}: nothing to go on with"
+        )
+    sending = request_body(space.load_spec() or LoadProbeSpec())  # what confirmation_space's runs will send
+    if (sent := runs[-1].get("body")) != sending:
+        said = json.dumps(sent, sort_keys=True) if sent else "one with min_tokens, as tuner sent until 2026-12-06"
+        raise ConfigError(
+            f"confirm --resume: trial {chosen.number}'s stored runs sent another request body ({said}; now "
+            f"{json.dumps(sending, sort_keys=True)}): a step measured with it would not compare with them; "
+            "run `tune validate --confirm` afresh (without --resume)"
         )
     answer = {k: float(v) for k, v in (stored.get("answer") or answer_of(space, chosen.trial)).items()}
     key = next(iter(answer))

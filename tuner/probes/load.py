@@ -44,6 +44,7 @@ __all__ = [
     "RequestRecord",
     "Window",
     "per_gpu",
+    "request_body",
     "stop_clients",
     "stream_request",
 ]
@@ -82,6 +83,21 @@ class Window:
     more: Callable[[dict[str, Any]], bool] | None = None
     enough: Callable[[dict[str, Any]], bool] | None = None
     ci: bool = True
+
+
+def request_body(spec: LoadProbeSpec, output: int | None = None) -> dict[str, Any]:
+    """Every request's body but its model and prompt: greedy unless ``spec.request`` sets the
+    clients' sampling, ``output`` tokens (default the spec's), streamed with usage. The length is
+    exact by ``max_tokens`` with ``ignore_eos`` on every engine here; no ``min_tokens``, which
+    SGLang serves with a penalizer on every decode step (tuner sent it until 2026-12-06)."""
+    return {
+        "temperature": 0.0,
+        **spec.request,
+        "max_tokens": output or spec.output_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 class LoadProbe(Probe):
@@ -188,18 +204,8 @@ class LoadProbe(Probe):
     def _template(self, server: ServerHandle, output: int | None = None) -> tuple[str, dict[str, Any], dict[str, str]]:
         """(url, body without its prompt, headers) of every request of a level (``output``
         tokens, default the spec's)."""
-        n = output or self.spec.output_tokens
-        body: dict[str, Any] = {
-            "model": server.model,
-            "temperature": 0.0,
-            **self.spec.request,  # the clients' sampling settings, over the greedy default
-            "max_tokens": n,  # exact with ignore_eos on every engine here; no min_tokens: on SGLang a per-step penalizer
-            "ignore_eos": True,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
         path = "chat/completions" if self.spec.api == "chat" else "completions"
-        return f"{server.url}/v1/{path}", body, server.headers
+        return f"{server.url}/v1/{path}", {"model": server.model, **request_body(self.spec, output)}, server.headers
 
     def _request(
         self, server: ServerHandle, prompt: str, output: int | None = None

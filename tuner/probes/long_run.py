@@ -37,7 +37,7 @@ from tuner.base.level import Level
 from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
-from tuner.probes.load import LoadProbe, Window, client_verdict
+from tuner.probes.load import LoadProbe, Window, client_verdict, request_body
 from tuner.space.schema import ConfirmProbeSpec
 
 __all__ = [
@@ -202,6 +202,7 @@ def run_verdict(spec: ConfirmProbeSpec, at: float, summary: dict[str, Any]) -> d
         "growth_ci": summary.get("growth_ci"),
         "growth_critical": spec.targets.critical_growth(whole),
         "window": Level.of({k: v for k, v in summary.items() if k not in ("slices", "batch_rates")}).to_dict(),
+        "body": request_body(spec.load),  # what its requests sent: a resumed confirmation goes on only with the same
     }
 
 
