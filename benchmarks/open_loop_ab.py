@@ -8,7 +8,8 @@ interleaved (A B, then B A, ...), each level on a drained server. A variant is e
   every client core (what it plans now). A sender that cannot keep up releases requests late
   (send lag) and stamps tokens late: its ITL p99 and TTFT p99 then measure the client; or
 - a request body (``--request JSON``, repeated): fields over the space's ``probes.load.request``,
-  sent from the plan for every client core. On the H100 the tool's load (with ``min_tokens``,
+  sent from the plan for every client core. On SGLang each level also gets the engine's own view of
+it from the server log (requests running, the decode step's time). On the H100 the tool's load (with ``min_tokens``,
   which SGLang serves with a penalizer on every decode step) broke at 38.88 requests/s where
   SGLang's bench (no ``min_tokens``) held 44.7; ``--request '{}' --request '{"min_tokens": 128}'``
   measures that one difference on one server.
@@ -30,6 +31,7 @@ import json
 import statistics
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from goodput_crosscheck import first_partition
 
 from tuner.app.read import open_existing, stored_space
+from tuner.engines.sglang import DecodeStep, decode_steps
 from tuner.probes import LoadProbe, Senders, ServerHandle
 from tuner.results.pick import pick
 from tuner.serving.server import end_servers_on_sigterm
@@ -93,9 +96,11 @@ async def levels(
                 for i in range(len(arms)) if r % 2 == 0 else reversed(range(len(arms))):
                     arm, probe = arms[i], probes[i]
                     settled = await probe.settle(client, handle)
+                    began = datetime.now()  # local time, as the engine's log stamps its lines
                     summary = await probe.rate_level(senders, handle, prompts, rate, seed=100 + len(rows), cores=arm.cores)
                     row = {"round": r, "arm": arm.label, "planned_for_cores": arm.cores, "request": arm.request}
                     row |= {k: summary.get(k) for k in KEPT} | settled
+                    row["wall"] = [began.isoformat(timespec="seconds"), datetime.now().isoformat(timespec="seconds")]
                     rows.append(row)
                     print(
                         f"round {r} {arm.label} ({row['senders']} sender(s)): achieved/offered "
@@ -106,6 +111,18 @@ async def levels(
                         flush=True,
                     )
     return rows
+
+
+def engine_view(rows: list[dict[str, Any]], steps: list[DecodeStep]) -> None:
+    """Adds to each row SGLang's own view of its level, from the server log's ``Decode batch`` lines
+    inside the level's wall-clock span: requests running (mean) and the decode step (median ms,
+    prefill batches between steps included). Two bodies that cost the engine alike show alike."""
+    for row in rows:
+        start, end = (datetime.fromisoformat(t) for t in row["wall"])
+        inside = [s for s in steps if start <= s.at <= end]
+        timed = [s.step_ms for s in inside if s.step_ms is not None]
+        row["engine_running_mean"] = statistics.fmean(s.running for s in inside) if inside else None
+        row["engine_step_ms"] = statistics.median(timed) if timed else None
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[str]:
@@ -120,6 +137,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[str]:
             ("ttft_p99", "s", 1),
             ("itl_p99", "ms", 1000),
             ("in_system_mean", "requests", 1),
+            ("engine_running_mean", "running (engine's log)", 1),
+            ("engine_step_ms", "ms a decode step (engine's log)", 1),
         ):
             values = [r[key] * scale for r in mine if r.get(key) is not None]
             if values:
@@ -160,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.study} trial {chosen.number} at {rate:g} requests/s; {partition.describe()}", flush=True)
     with serve(space, dict(chosen.trial.params), args.out / "server", partition) as served, pinned(partition.client_cpus):
         rows = asyncio.run(levels(served.handle, load, rate, arms, args.seconds, args.repeats))
+    if space.engine == "sglang":
+        engine_view(rows, decode_steps((args.out / "server" / "server.log").read_text(errors="replace").splitlines()))
     lines = summarize(rows)
     print("\n".join(lines))
     (args.out / "open-loop-ab.json").write_text(json.dumps({"rate": rate, "rows": rows, "summary": lines}, indent=2) + "\n")

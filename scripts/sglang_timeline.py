@@ -12,24 +12,24 @@ decode step over the last 40 (prefill batches between them included), binned by 
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
+import sys
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] ")
-DECODE = re.compile(r"Decode batch, #running-req: (\d+),.*#queue-req: (\d+)")
-THROUGHPUT = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tuner.engines.sglang import DecodeStep, decode_steps
 
 
-def step_times(lines: list[str], width: int = 8) -> dict[int, list[float]]:
+def step_times(steps: list[DecodeStep], width: int = 8) -> dict[int, list[float]]:
     """Milliseconds per decode step, by the bin of requests running it was logged at (2 or more
     running; a bin's key is its lowest count, the last bin open: 64 and over)."""
     bins: dict[int, list[float]] = defaultdict(list)
-    for line in lines:
-        if (m := THROUGHPUT.search(line)) and (running := int(m.group(1))) >= 2 and (rate := float(m.group(2))) > 0:
-            bins[min(running // width * width, 64)].append(1000 * running / rate)
+    for step in steps:
+        if step.running >= 2 and step.step_ms is not None:
+            bins[min(step.running // width * width, 64)].append(step.step_ms)
     return bins
 
 
@@ -39,30 +39,26 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=30, help="seconds per row")
     ap.add_argument("--steps", action="store_true", help="the decode step's time by requests running, not the timeline")
     args = ap.parse_args()
+    lines = args.log.read_text(errors="replace").splitlines()
     if args.steps:
         print(f"SGLang's decode step by requests running, {args.log.name} (median ms over 40 steps, lines):")
-        for low, times in sorted(step_times(args.log.read_text(errors="replace").splitlines()).items()):
+        for low, times in sorted(step_times(decode_steps(lines)).items()):
             if len(times) >= 5:
                 print(f"  {low:3d}-{low + 7:3d} running: {statistics.median(times):5.2f} ms ({len(times)} lines)")
         return
-    ready: datetime | None = None
-    rows: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for line in args.log.read_text(errors="replace").splitlines():
-        if not (stamp := STAMP.match(line)):
-            continue
-        at = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
-        if ready is None:
-            if "fired up" in line:
-                ready = at
-            continue
-        if decode := DECODE.search(line):
-            rows[int((at - ready).total_seconds()) // args.every].append((int(decode.group(1)), int(decode.group(2))))
+    ready = next((datetime.strptime(line[1:20], "%Y-%m-%d %H:%M:%S") for line in lines if "fired up" in line), None)
+    if ready is None:
+        sys.exit(f"{args.log}: no 'fired up' line: the server never became ready")
+    rows: dict[int, list[DecodeStep]] = defaultdict(list)
+    for step in decode_steps(lines):
+        if step.at >= ready:
+            rows[int((step.at - ready).total_seconds()) // args.every].append(step)
     print(f"SGLang's Decode batch lines of {args.log.name} (server ready {ready:%H:%M:%S}), per {args.every} s:")
     for k in sorted(rows):
-        running = [r for r, _ in rows[k]]
+        running = [s.running for s in rows[k]]
         print(
             f"{k * args.every:5d}-{(k + 1) * args.every:5d} s: running mean {sum(running) / len(running):5.1f} "
-            f"max {max(running):3d}, queue max {max(q for _, q in rows[k]):3d}, {len(running)} decode logs"
+            f"max {max(running):3d}, queue max {max(s.queued for s in rows[k]):3d}, {len(running)} decode logs"
         )
 
 

@@ -48,3 +48,44 @@ def test_two_request_bodies_interleaved_on_one_real_server(real_study, tmp_path:
     assert [r["arm"] for r in rows] == labels
     assert all(line.startswith(f"{label}, ") for line, label in zip(found["summary"], labels, strict=True))
     assert (tmp_path / "server" / "server.log").is_file()
+
+
+def _decode(at: str, running: int, rate: float, queued: int = 0) -> str:
+    """One of SGLang 0.5.17's Decode batch lines, as on the H100."""
+    return (
+        f"[2026-12-06 {at}] Decode batch, #running-req: {running}, #token: 11663, token usage: 0.02, cuda graph: True, "
+        f"gen throughput (token/s): {rate:.2f}, #queue-req: {queued}"
+    )
+
+
+SGLANG_LOG = [
+    "[2026-12-06 08:35:09] Prefill batch, #new-seq: 4, #new-token: 2048, #cached-token: 0, #queue-req: 0",
+    _decode("08:35:09", 1, 0.0),
+    _decode("08:35:10", 20, 5000.0),
+    _decode("08:35:40", 30, 6000.0, queued=2),
+    _decode("08:35:41", 10, 5000.0),
+    _decode("08:36:30", 12, 6000.0),
+]
+
+
+def test_the_engine_s_own_view_of_each_level_from_sglang_s_log() -> None:
+    """SGLang's Decode batch lines (0.5.17's format, as on the H100): the step's time is requests
+    running over the generation throughput; each level gets the lines inside its wall-clock span."""
+    from open_loop_ab import engine_view
+
+    from tuner.engines.sglang import decode_steps
+
+    steps = decode_steps(SGLANG_LOG)
+    assert [(s.running, s.queued, s.step_ms) for s in steps] == [
+        (1, 0, None),
+        (20, 0, 4.0),
+        (30, 2, 5.0),
+        (10, 0, 2.0),
+        (12, 0, 2.0),
+    ]
+    rows = [{"wall": ["2026-12-06T08:35:10", "2026-12-06T08:35:40"]}, {"wall": ["2026-12-06T08:35:41", "2026-12-06T08:36:40"]}]
+    rows.append({"wall": ["2026-12-06T09:00:00", "2026-12-06T09:01:00"]})  # no line inside: nothing said
+    engine_view(rows, steps)
+    assert (rows[0]["engine_running_mean"], rows[0]["engine_step_ms"]) == (25.0, 4.5)
+    assert (rows[1]["engine_running_mean"], rows[1]["engine_step_ms"]) == (11.0, 2.0)
+    assert rows[2]["engine_running_mean"] is None and rows[2]["engine_step_ms"] is None

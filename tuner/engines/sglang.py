@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar
 
 import httpx
@@ -16,7 +18,7 @@ from tuner.engines._capacity import last_int, reconcile, to_int
 from tuner.engines._signatures import DISTANCE, Category, Signature
 from tuner.engines.memory import MemoryModel, kv_bytes, number
 
-__all__ = ["SglangAdapter"]
+__all__ = ["DecodeStep", "SglangAdapter", "decode_steps"]
 
 
 def _grade_context(line: str) -> dict[str, Any]:
@@ -168,6 +170,41 @@ class SglangAdapter(EngineAdapter):
                     "context_per_request": info.get("context_length"),
                 }
         return reconcile(sources)
+
+
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] ")
+_DECODE = re.compile(r"Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)")
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One of SGLang's ``Decode batch`` log lines (written every ``decode_log_interval`` = 40
+    decode steps): when (the log's local time, to the second), requests running and queued, and
+    the mean time of a step since the last line (requests running over the generation throughput,
+    prefill batches between them included)."""
+
+    at: datetime
+    running: int
+    queued: int
+    step_ms: float | None
+
+
+def decode_steps(lines: Iterable[str]) -> list[DecodeStep]:
+    """SGLang's ``Decode batch`` lines of a server log, in order (no step time where it logged
+    no throughput)."""
+    found = []
+    for line in lines:
+        if (stamp := _STAMP.match(line)) and (m := _DECODE.search(line)):
+            running, rate = int(m[1]), float(m[2])
+            found.append(
+                DecodeStep(
+                    datetime.strptime(stamp[1], "%Y-%m-%d %H:%M:%S"),
+                    running,
+                    int(m[3]),
+                    1000 * running / rate if rate > 0 and running else None,
+                )
+            )
+    return found
 
 
 def parse_log(log_text: str) -> dict[str, Any]:
