@@ -50,7 +50,7 @@ from tuner.app.read import open_existing, stored_space
 from tuner.base.artifacts import RunDir
 from tuner.host.partitions import Partition, free_port, make_partitions
 from tuner.host.processes import terminate_group
-from tuner.results.confirmation import uncorrected_failure
+from tuner.results.confirmation import run_verdict_text, uncorrected_failure
 from tuner.results.export import build_export
 from tuner.results.pick import pick
 from tuner.serving.server import ServerProcess, end_servers_on_sigterm
@@ -273,13 +273,9 @@ def confirmation_at(confirmed: Mapping[str, Any] | None, at: float) -> tuple[tup
     confirmation run at that load, and a line saying what that run found; none where no run was there."""
     for run in (confirmed or {}).get("runs") or ():
         if math.isclose(float(run["at"]), at, rel_tol=1e-6):
-            said = "held" if run.get("held") else "did NOT hold (" + ("; ".join(run.get("broke") or []) or "a slice broke") + ")"
-            ci = float(run.get("goodput_ci") or 0.0)
-            seconds = float(run.get("seconds") or 0)
-            return (
-                float(run["goodput"]),
-                ci,
-            ), f"its confirmation run of {seconds:.0f} s {said}, goodput {run['goodput']:,.1f} +- {ci:,.1f}"
+            goodput, ci, seconds = float(run["goodput"]), float(run.get("goodput_ci") or 0.0), float(run.get("seconds") or 0)
+            said = f"its confirmation run of {seconds:.0f} s {run_verdict_text(run)}, goodput {goodput:,.1f} +- {ci:,.1f}"
+            return (goodput, ci), said
     return None, "no confirmation run at that load (no ratio)"
 
 

@@ -186,7 +186,9 @@ def test_a_confirmation_cut_short_keeps_its_finished_runs_and_resumes_a_step_bel
     so_far = {"window_s": 414.0, "output_tok_s": 6790.0, "ttft_p99": 0.42, "itl_p99": 0.031, "error_rate": 0.0, "growth": 0.002}
     from tuner.probes.load import request_body
 
-    sent = request_body(space.load_spec())  # type: ignore[arg-type]
+    load = space.load_spec()
+    assert load is not None
+    sent = request_body(load.output_tokens, load.request)
     cut = _Cut([{**_run(60.0, False, 6900.0), "slices": [], "drift": -0.1, "body": sent}], cut=True, so_far=so_far)
     with pytest.raises(SystemExit):
         confirm(study, space, run_dir, cut, pick(read_study(study), "knee"), seconds=420.0, steps=2)  # type: ignore[arg-type]
@@ -242,7 +244,9 @@ def test_a_confirmation_measured_with_another_request_body_is_not_resumed(tmp_pa
     # a body recorded, but another one (a space whose request changed since)
     record = read_study(study).trial(0)
     assert record is not None and record.confirmed is not None
-    other = {**request_body(space.load_spec()), "top_p": 0.5}  # type: ignore[arg-type]
+    load = space.load_spec()
+    assert load is not None
+    other = {**request_body(load.output_tokens, load.request), "top_p": 0.5}
     changed = {**record.confirmed, "runs": [{**r, "body": other} for r in record.confirmed["runs"]]}
     save_confirmation(study, 0, changed)
     with pytest.raises(ConfigError, match=r'"top_p": 0\.5'):

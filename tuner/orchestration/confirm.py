@@ -189,7 +189,8 @@ def _resumed(space: SearchSpace, chosen: Candidate) -> tuple[dict[str, float], t
             f"confirm --resume: trial {chosen.number}'s confirmation already held at "
             f"{describe_answer(stored.get('confirmed_answer') or {})}: nothing to go on with"
         )
-    sending = request_body(space.load_spec() or LoadProbeSpec())  # what confirmation_space's runs will send
+    load = space.load_spec() or LoadProbeSpec()  # as confirmation_space takes it
+    sending = request_body(load.output_tokens, load.request)
     if (sent := runs[-1].get("body")) != sending:
         said = json.dumps(sent, sort_keys=True) if sent else "one with min_tokens, as tuner sent until 2026-12-06"
         raise ConfigError(

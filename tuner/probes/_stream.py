@@ -8,14 +8,30 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-__all__ = ["RequestRecord", "stop_clients", "stream_request"]
+__all__ = ["RequestRecord", "request_body", "stop_clients", "stream_request"]
 
 logger = logging.getLogger(__name__)
+
+
+def request_body(output: int, request: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every probe's request body but its model and prompt: greedy unless ``request`` (a load
+    spec's) sets the clients' sampling, ``output`` tokens, streamed with usage. The length is
+    exact by ``max_tokens`` with ``ignore_eos`` on every engine here; no ``min_tokens``, which
+    SGLang serves with a penalizer on every decode step (tuner sent it until 2026-12-06)."""
+    return {
+        "temperature": 0.0,
+        **(request or {}),
+        "max_tokens": output,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 @dataclass

@@ -32,7 +32,7 @@ from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._drain import drain
 from tuner.probes._prompts import FixedSource, PromptMaker, Source, Vocabulary, WorkloadSource, one_token_words
 from tuner.probes._senders import CEILING, Plan, Senders, arrival_offsets, client_cores, senders_for, with_prompt
-from tuner.probes._stream import RequestRecord, stop_clients, stream_request
+from tuner.probes._stream import RequestRecord, request_body, stop_clients, stream_request
 from tuner.probes._tokens import Tokenizer, filler_words
 from tuner.space.schema import LoadProbeSpec
 from tuner.workload import Segment, Session, Turn, Workload
@@ -83,21 +83,6 @@ class Window:
     more: Callable[[dict[str, Any]], bool] | None = None
     enough: Callable[[dict[str, Any]], bool] | None = None
     ci: bool = True
-
-
-def request_body(spec: LoadProbeSpec, output: int | None = None) -> dict[str, Any]:
-    """Every request's body but its model and prompt: greedy unless ``spec.request`` sets the
-    clients' sampling, ``output`` tokens (default the spec's), streamed with usage. The length is
-    exact by ``max_tokens`` with ``ignore_eos`` on every engine here; no ``min_tokens``, which
-    SGLang serves with a penalizer on every decode step (tuner sent it until 2026-12-06)."""
-    return {
-        "temperature": 0.0,
-        **spec.request,
-        "max_tokens": output or spec.output_tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
 
 
 class LoadProbe(Probe):
@@ -205,7 +190,11 @@ class LoadProbe(Probe):
         """(url, body without its prompt, headers) of every request of a level (``output``
         tokens, default the spec's)."""
         path = "chat/completions" if self.spec.api == "chat" else "completions"
-        return f"{server.url}/v1/{path}", {"model": server.model, **request_body(self.spec, output)}, server.headers
+        return (
+            f"{server.url}/v1/{path}",
+            {"model": server.model, **request_body(output or self.spec.output_tokens, self.spec.request)},
+            server.headers,
+        )
 
     def _request(
         self, server: ServerHandle, prompt: str, output: int | None = None

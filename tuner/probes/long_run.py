@@ -202,7 +202,9 @@ def run_verdict(spec: ConfirmProbeSpec, at: float, summary: dict[str, Any]) -> d
         "growth_ci": summary.get("growth_ci"),
         "growth_critical": spec.targets.critical_growth(whole),
         "window": Level.of({k: v for k, v in summary.items() if k not in ("slices", "batch_rates")}).to_dict(),
-        "body": request_body(spec.load),  # what its requests sent: a resumed confirmation goes on only with the same
+        "body": request_body(
+            spec.load.output_tokens, spec.load.request
+        ),  # what its requests sent: a resumed confirmation goes on only with the same
     }
 
 

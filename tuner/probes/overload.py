@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import httpx
 
@@ -18,7 +17,7 @@ from tuner.base.stats import percentiles
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._stream import RequestRecord
 from tuner.probes._tokens import Tokenizer, filler_words
-from tuner.probes.load import stream_request
+from tuner.probes.load import request_body, stream_request
 from tuner.space.schema import OverloadProbeSpec
 
 __all__ = ["OverloadProbe"]
@@ -57,14 +56,7 @@ class OverloadProbe(Probe):
             text, _ = await Tokenizer(client, server.url, server.model, server.headers).fit(
                 lambda n: " ".join(words[:n]), self.spec.prompt_tokens
             )
-            body: dict[str, Any] = {
-                "model": server.model,
-                "max_tokens": self.spec.output_tokens,
-                "ignore_eos": True,
-                "temperature": 0.0,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
+            body = {"model": server.model, **request_body(self.spec.output_tokens)}
             url = f"{server.url}/v1/completions"
             began = time.perf_counter()
             records = await asyncio.gather(

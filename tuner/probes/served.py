@@ -22,7 +22,7 @@ from tuner.base.exceptions import ProbeError
 from tuner.base.records import ProbeResult
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._prompts import PromptMaker, one_token_words
-from tuner.probes._stream import stream_request
+from tuner.probes._stream import request_body, stream_request
 from tuner.probes._tokens import Tokenizer
 from tuner.space.schema import ServedContextProbeSpec
 
@@ -61,14 +61,7 @@ class ServedContextProbe(Probe):
         timeout = httpx.Timeout(self.spec.request_timeout, connect=10.0)
         limits = httpx.Limits(max_connections=n + 2, max_keepalive_connections=n + 2)
         url = f"{server.url}/v1/completions"
-        body = {
-            "model": server.model,
-            "max_tokens": out,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body = {"model": server.model, **request_body(out)}
         async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
             vocabulary = await one_token_words(Tokenizer(client, server.url, server.model, server.headers))
             small = PromptMaker(vocabulary, CALIBRATION_TOKENS, seed=SEED)

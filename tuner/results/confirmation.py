@@ -7,7 +7,7 @@ from typing import Any
 
 from tuner.base.level import Level
 
-__all__ = ["corrected", "describe", "describe_answer", "describe_step", "steps", "uncorrected_failure"]
+__all__ = ["corrected", "describe", "describe_answer", "describe_step", "run_verdict_text", "steps", "uncorrected_failure"]
 
 
 def describe_answer(answer: Mapping[str, float]) -> str:
@@ -60,6 +60,12 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
     return lines + steps(found)
 
 
+def run_verdict_text(run: Mapping[str, Any]) -> str:
+    """A stored confirmation run's verdict: "held throughout", or "did NOT hold (what broke)"."""
+    why = "; ".join(run.get("broke") or []) or "a slice broke"
+    return "held throughout" if run.get("held") else f"did NOT hold ({why})"
+
+
 def steps(found: Mapping[str, Any]) -> list[str]:
     """What a stored confirmation did after its first run: each step down and its verdict, a cut
     and the run it ended, and where that leaves the answer (corrected, or none to size on)."""
@@ -67,8 +73,7 @@ def steps(found: Mapping[str, Any]) -> list[str]:
     at = describe_answer(found.get("answer") or {})
     for run in (found.get("runs") or [])[1:]:
         step = describe_step(found, run.get("at", 0.0))
-        why = "; ".join(run.get("broke") or []) or "a slice broke"
-        verdict = "held throughout" if run.get("held") else f"did NOT hold ({why})"
+        verdict = run_verdict_text(run)
         ci = f" +- {run['goodput_ci']:,.1f}" if run.get("goodput_ci") is not None else ""
         minutes = (run.get("seconds") or 0) / 60
         lines.append(f"  step down to {step}: {minutes:.1f} min, {verdict}; goodput {run.get('goodput', 0.0):,.1f}{ci}")
