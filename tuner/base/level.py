@@ -95,6 +95,7 @@ class Level:
     growth: float | None = None
     growth_ci: float | None = None
     growth_batches: int | None = None
+    growth_from_s: float | None = None  # where the trend started, seconds into the window
     in_system_mean: float | None = None
     send_lag_p50: float | None = None
     send_lag_p99: float | None = None
