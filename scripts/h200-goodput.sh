@@ -16,7 +16,7 @@
 #                                              # the runs it finished are stored also when `timeout` cuts it, and
 #   PHASE=confirm RESUME=1 STEPS=0             # goes on one step below the stored runs' last (the next command)
 #   STUDY=h200-sglang-goodput-rate ...         # SGLang (issue 45): a study named *sglang* installs the SGLang parts (/tmp/sg)
-#   EXECUTOR=inline                            # tune: no Ray (the deps built with NO_RAY=1 scripts/gpu-parts.sh)
+#   EXECUTOR=inline                            # tune: no Ray (the default where Ray does not import: deps built with NO_RAY=1)
 #   DB=path/study.db                           # any phase: start from this committed study when runs/ has none
 #                                              # (default docs/data/goodput/$STUDY.db)
 #   TRIM_BELOW=R                               # with DB: its confirmation's runs at R and under dropped (scripts/confirm_trim.py),
@@ -42,6 +42,7 @@ if [ ! -f "runs/$study/study.db" ] && [ -f "$db" ]; then
   else cp "$db" "runs/$study/study.db"; fi
 fi
 if [ "${PHASE:-tune}" = tune ]; then
+  python3 -c "import ray" 2>/dev/null || EXECUTOR=${EXECUTOR:-inline}   # deps built with NO_RAY=1: no Ray to start
   hard=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 25 ))
   timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "search_spaces/$study.yaml" --no-remeasure \
     --study "$study" --timeout "$(( hard - 70 ))s" ${EXECUTOR:+--executor "$EXECUTOR"}

@@ -140,8 +140,8 @@ def test_a_drained_servers_climb_to_its_stable_count_is_no_growth() -> None:
     """A level starts on a drained server and its window opens when the first request ends; the
     count then still climbs for as long as the longest requests live. A stable queue (every
     request in the system its own lifetime, lognormal around 0.6 s with sigma 1, as an engine's
-    spread) over 10-s windows at 32/s: its trend from the window's start covered no growth in about
-    half of 100 seeds, and broke the SLO on growth alone ("shown to grow") in 45 % of them (the
+    spread) over 10-s windows at 32/s: its trend from the window's start covered no growth in 54
+    of 100 seeds, and broke the SLO on growth alone ("shown to grow") in about 4 of 10 (the
     H100 search, 2026-12-06: 32/s broke so, 1.81 +- 1.7/s, then held 38.9/s for 7 minutes). From
     the lifetimes' p99 on, the interval covers no growth about as often as it says."""
     slo, covered, grew = SloTargets(ttft_p99=1.0), 0, 0
@@ -156,7 +156,7 @@ def test_a_drained_servers_climb_to_its_stable_count_is_no_growth() -> None:
         assert figures["growth_from_s"] > 0, figures
         covered += figures["growth"] - figures["growth_ci"] <= 0 <= figures["growth"] + figures["growth_ci"]
         grew += any(b.startswith("requests in the system grew") for b in slo.violated({**figures, "horizon_s": 420.0}))
-    assert covered >= 85 and grew <= 12, (covered, grew)  # 95 % nominal; from the window's start: ~53 and ~45
+    assert covered >= 85 and grew <= 12, (covered, grew)  # 95 % nominal; from the window's start: 54 and ~40
 
 
 def test_completions_that_fall_behind_arrivals_break_the_slo() -> None:
