@@ -51,7 +51,7 @@ from tuner.serving.trial import pinned, serve
 from tuner.space import LoadProbeSpec
 
 KEPT = (
-    "senders", "client_cores", "offered_rate", "achieved_rate", "achieved_over_offered", "send_lag_p99",
+    "senders", "client_cores", "offered_rate", "achieved_rate", "achieved_over_offered", "client_bound", "send_lag_p99",
     "completion_rate", "ttft_p99", "itl_p99", "tpot_p99", "output_tok_s", "growth", "growth_ci", "in_system_mean",
     "output_tokens_p50", "short_outputs",
 )  # fmt: skip

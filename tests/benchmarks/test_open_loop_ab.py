@@ -32,8 +32,9 @@ def test_a_request_field_the_probe_owns_is_refused_before_a_server_starts(real_s
 @pytest.mark.one_core
 def test_two_request_bodies_interleaved_on_one_real_server(real_study, tmp_path: Path) -> None:
     """Two arms (the space's body, and one with a sampling field over it), a round each at 2
-    requests/s: each level delivered its schedule with outputs of the asked length, the rows
-    say which body they sent, and the summary has a line per arm."""
+    requests/s: each level delivered its schedule by the probe's own verdict (not client-bound:
+    in 3 s of ~6 arrivals one sent a moment late is 83 %, within a count's spread) with outputs of
+    the asked length, the rows say which body they sent, and the summary has a line per arm."""
     study, run_dir, _ = real_study
     main([
         "--study", study.study_name, "--storage", run_dir.db_url, "--out", str(tmp_path), "--rate", "2", "--seconds", "3",
@@ -43,7 +44,7 @@ def test_two_request_bodies_interleaved_on_one_real_server(real_study, tmp_path:
     rows = found["rows"]
     assert [r["request"] for r in rows] == [{}, {"temperature": 0.8, "top_k": 5}]
     for row in rows:
-        assert row["achieved_over_offered"] >= 0.9 and row["short_outputs"] == 0, row
+        assert row["client_bound"] is False and row["achieved_over_offered"] > 0 and row["short_outputs"] == 0, row
     labels = ["request {}", 'request {"temperature": 0.8, "top_k": 5}']
     assert [r["arm"] for r in rows] == labels
     assert all(line.startswith(f"{label}, ") for line, label in zip(found["summary"], labels, strict=True))
