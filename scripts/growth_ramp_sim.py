@@ -27,8 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tuner.probes.load as load
-from tuner.probes._senders import arrival_offsets
-from tuner.probes._stream import RequestRecord
+from tuner.probes import RequestRecord, arrival_offsets
 from tuner.space.schema import SloTargets
 
 CASES = (  # window s, rate/s, lifetime sigma, service rate (None: no queue, each its own lifetime)

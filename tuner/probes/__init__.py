@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from tuner.base.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, CAPACITY_MAX_RUNNING_REQUESTS
 from tuner.probes._base import Probe, ServerHandle
-from tuner.probes._senders import CEILING, Senders, client_cores
+from tuner.probes._senders import CEILING, Senders, arrival_offsets, client_cores
+from tuner.probes._stream import RequestRecord
 from tuner.probes.load import LoadProbe
 from tuner.probes.long_run import ConfirmProbe
 from tuner.probes.overload import OverloadProbe
@@ -26,10 +27,12 @@ __all__ = [
     "OverloadProbe",
     "Probe",
     "RecallProbe",
+    "RequestRecord",
     "Senders",
     "ServedContextProbe",
     "ServerHandle",
     "SloProbe",
+    "arrival_offsets",
     "client_cores",
     "from_space",
     "metric_names",
