@@ -628,7 +628,12 @@ def open_loop_figures(
     if span >= 2 * low * life and scheduled >= GROWTH_MIN_ARRIVALS:
         growth = trend(in_system, since, end, min(high, int(span / (2 * life))))
     else:  # too short for a trend of independent batches: the count's change, with two Poisson counts' spread
-        counted = sum(1 for t in due if since <= t < end) + bisect.bisect_left(ends, end) - bisect.bisect_left(ends, since)
+        counted = (
+            bisect.bisect_left(due, end)
+            - bisect.bisect_left(due, since)
+            + bisect.bisect_left(ends, end)
+            - bisect.bisect_left(ends, since)
+        )
         growth = Trend((in_system(end) - in_system(since)) / span, 2 * math.sqrt(counted + 1) / span, 0, span)
     # delivery: of the arrivals due in the window, those released by its end (and a send's
     # tolerated lag past it); counted by send time, one arrival due at the window's end and sent
