@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from tuner import objectives
 from tuner.app.prepare import validate
 from tuner.base.artifacts import RunDir
 from tuner.base.exceptions import CrashedUnderLoad
+from tuner.host.fingerprint import HostFingerprint
 from tuner.host.ledger import Ledger
 from tuner.host.partitions import make_partitions
 from tuner.orchestration.driver import record
@@ -96,6 +98,11 @@ def test_a_server_that_requires_an_api_key_is_ready_and_measured(
     outcome = run_trial(space, {"ctx-size": 2048}, tmp_path / "trials" / "0", partition)
     assert time.monotonic() - began < 20, "readiness did not send the key (waited for the startup timeout)"
     assert outcome.metrics()["load.output_tok_s"] > 0
+    # what it ran on, calibrated on the server's core before the server started (tests/test_fingerprint.py)
+    host = HostFingerprint.from_dict(outcome.host)
+    assert host is not None and host.name == socket.gethostname() and host.cores == partition.server_cpus
+    assert host.loop_ms is not None and host.loop_ms > 0
+    assert json.loads((tmp_path / "trials" / "0" / "host.json").read_text()) == outcome.host
     for path in (tmp_path / "trials" / "0").iterdir():
         assert secret not in path.read_text(), f"the API key leaked into {path.name}"
 

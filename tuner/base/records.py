@@ -81,6 +81,7 @@ class TrialOutcome:
     env: dict[str, str] = field(default_factory=dict)  # what the launch added to the environment (secrets as ***)
     memory_cap: int | None = None  # RLIMIT_AS the server ran under, bytes
     node: str | None = None  # where it ran, on a cluster (host and Ray node)
+    host: dict[str, Any] | None = None  # what it ran on (tuner.host.fingerprint.HostFingerprint.to_dict)
 
     def launch(self) -> dict[str, Any]:
         """What was launched, as `tune export` replays it: argv, env, engine version, memory cap."""
@@ -112,6 +113,7 @@ class TrialOutcome:
             "env": self.env,
             "memory_cap": self.memory_cap,
             "node": self.node,
+            "host": self.host,
             "metrics": self.metrics(),
         }
 
@@ -128,4 +130,5 @@ class TrialOutcome:
             env=data.get("env") or {},
             memory_cap=data.get("memory_cap"),
             node=data.get("node"),
+            host=data.get("host"),
         )

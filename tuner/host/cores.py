@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["device_cores", "local_cpulist", "parse_cpulist", "split_server_client"]
+__all__ = ["device_cores", "local_cpulist", "parse_cpulist", "pinned", "split_server_client"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,3 +82,18 @@ def split_server_client(cores: tuple[int, ...], client_share: float = 0.25) -> t
         return cores, cores
     n_client = max(1, int(len(cores) * client_share))
     return cores[:-n_client], cores[-n_client:]
+
+
+@contextmanager
+def pinned(cores: tuple[int, ...]) -> Iterator[None]:
+    """Run this process on ``cores`` (a partition's own: its load client, a calibration), then
+    restore its affinity; none given: where it runs."""
+    if not cores:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)

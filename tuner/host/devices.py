@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["GpuHygiene", "Holder", "nvml_holders", "nvml_used_mib"]
+__all__ = ["GpuHygiene", "Holder", "gpu_names", "nvml_holders", "nvml_used_mib"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,6 +44,20 @@ def nvml_used_mib(ids: Iterable[int]) -> dict[int, float] | None:
         lambda nvml: {i: nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).used / 2**20 for i in ids},
         lambda: _smi_used_mib(ids),
     )
+
+
+def gpu_names(ids: Iterable[int]) -> tuple[tuple[str, ...], str | None] | None:
+    """The GPUs' product names and the driver's version, or None where NVML is not available."""
+    ids = list(ids)
+
+    def query(nvml: Any) -> tuple[tuple[str, ...], str | None]:
+        def text(value: Any) -> str:
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        names = tuple(text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in ids)
+        return names, text(nvml.nvmlSystemGetDriverVersion())
+
+    return _nvml(query, lambda: _smi_names(ids))
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,14 @@ def _smi_used_mib(ids: list[int]) -> dict[int, float] | None:
     if rows is None:
         return None
     return {int(r[0]): float(r[1]) for r in rows if int(r[0]) in ids}
+
+
+def _smi_names(ids: list[int]) -> tuple[tuple[str, ...], str | None] | None:
+    rows = _smi(["--query-gpu=index,name,driver_version"])
+    if rows is None:
+        return None
+    found = {int(r[0]): (r[1], r[2]) for r in rows}
+    return tuple(found[i][0] for i in ids if i in found), next((found[i][1] for i in ids if i in found), None)
 
 
 def _smi_holders(ids: list[int]) -> list[Holder] | None:

@@ -27,9 +27,14 @@ class Partition:
     cpus: tuple[int, ...] = ()
     client_cpus: tuple[int, ...] = ()
 
+    @property
+    def server_cpus(self) -> tuple[int, ...]:
+        """The server's cores: a CPU partition's devices, a GPU partition's own cores (none: unpinned)."""
+        return self.devices if self.kind == "cpu" else self.cpus
+
     def wrap(self, argv: list[str]) -> list[str]:
-        """Pin the server to its cores: a CPU partition's devices, a GPU partition's own cores."""
-        cores = self.devices if self.kind == "cpu" else self.cpus
+        """Pin the server to its cores (:attr:`server_cpus`)."""
+        cores = self.server_cpus
         if cores:
             return ["taskset", "--cpu-list", ",".join(map(str, cores)), *argv]
         return argv

@@ -22,7 +22,8 @@ from tuner.base.exceptions import ConfigInfeasible, CrashedUnderLoad
 from tuner.base.level import levels_in
 from tuner.base.records import ProbeResult, Timings, TrialOutcome
 from tuner.engines import Category, Command
-from tuner.host import telemetry
+from tuner.host import fingerprint, telemetry
+from tuner.host.cores import pinned
 from tuner.host.ledger import Ledger
 from tuner.host.partitions import Partition
 from tuner.probes import ServerHandle
@@ -34,20 +35,6 @@ from tuner.space import SearchSpace
 __all__ = ["Served", "pinned", "run_trial", "serve"]
 
 logger = logging.getLogger(__name__)
-
-
-@contextmanager
-def pinned(cores: tuple[int, ...]) -> Iterator[None]:
-    """Run the load client on its partition's own cores (GPU partitions), then restore."""
-    if not cores:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cores)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 @dataclass(frozen=True)
@@ -144,6 +131,10 @@ def run_trial(
     Raises :class:`~tuner.base.exceptions.ConfigInfeasible` (with evidence) when the server does not
     start, :class:`~tuner.base.exceptions.ProbeError` when it cannot be measured."""
     adapter = engines.get(space.engine)
+    host = fingerprint.this_host(partition.devices if partition.kind == "gpu" else (), partition.server_cpus)
+    write_json(
+        trial_dir / fingerprint.HOST_FILE, host.to_dict()
+    )  # also where the trial never ends (a confirmation cut by a deadline)
     with progress.bind(trial_dir), serve(space, params, trial_dir, partition, ledger=ledger) as served:
         probe_began = time.time()
         results: list[ProbeResult] = []
@@ -176,6 +167,7 @@ def run_trial(
         engine_version=adapter.version(),
         env={k: command.redact(v) for k, v in command.env.items()},
         memory_cap=space.server.memory_cap,
+        host=host.to_dict(),
     )
     write_json(trial_dir / "outcome.json", outcome.to_dict())
     return outcome

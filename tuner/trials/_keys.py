@@ -21,6 +21,7 @@ LAUNCH = "launch"
 TELEMETRY = "telemetry"
 SLO = "slo"  # the SLO probe's levels, what each broke, why it stopped
 NODE = "node"
+HOST = "host"  # what it ran on: CPU, GPUs, driver, a core's speed (tuner.host.fingerprint)
 ERROR = "error"
 SIGNATURE = "signature"
 EVIDENCE = "evidence"

@@ -89,6 +89,7 @@ class TrialRecord:
     partition: tuple[int, ...] = ()
     launched_at: float | None = None
     node: str | None = None
+    host: Mapping[str, Any] | None = None  # what it ran on (tuner.host.fingerprint), where stored
     revalidated: Mapping[str, Any] | None = None
     confirmed: Mapping[str, Any] | None = None  # its long run at its SLO answer (tuner.orchestration.confirm), when any
     # the SLO figures the search stored, where a confirmation corrected them (``metrics`` and
@@ -137,6 +138,7 @@ class TrialRecord:
             partition=tuple(a.get(k.PARTITION) or ()),
             launched_at=a.get(k.LAUNCHED_AT),
             node=a.get(k.NODE),
+            host=a.get(k.HOST),
             revalidated=revalidated,
             confirmed=confirmed,
             searched=stored if metrics is not None else None,

@@ -134,6 +134,8 @@ class Verdict:
             attrs[k.LAUNCH] = outcome.launch()
             if outcome.node:
                 attrs[k.NODE] = outcome.node
+            if outcome.host:
+                attrs[k.HOST] = outcome.host
         if screened:
             attrs[k.SCREENED] = screened
         if error is None:

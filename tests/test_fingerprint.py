@@ -1,0 +1,89 @@
+"""The host a figure was measured on: stored with each trial, read back, and compared.
+
+On the H100 (2026-12-06) the same SGLang config at the same 30 requests/s had ITL p99 35 ms on the
+host that searched and 10-12 ms on the one that confirmed (docs/goodput.md): an answer belongs to
+its host, so the host is kept beside it."""
+
+from __future__ import annotations
+
+import os
+from itertools import count
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tuner.base.records import Capacity, Timings, TrialOutcome
+from tuner.host import fingerprint
+from tuner.host.fingerprint import HostFingerprint, apart, calibrate
+from tuner.trials import Verdict, read_study, tell
+
+H100 = "NVIDIA H100 80GB HBM3"
+A = HostFingerprint("gpu-a", "Intel(R) Xeon(R) Platinum 8480+", 16, (H100,), "570.86", 24.0, (0, 1))
+
+
+def test_the_calibration_is_the_least_of_its_runs_and_leaves_the_affinity_as_it_was() -> None:
+    ticks = iter([0.0, 0.005, 1.0, 1.002, 2.0, 2.009])  # runs of 5, 2 and 9 ms
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    assert calibrate([core], n=10, repeats=3, clock=lambda: next(ticks)) == pytest.approx(2.0)
+    assert os.sched_getaffinity(0) == before
+
+
+def test_the_calibration_runs_the_loop_it_times() -> None:
+    """A real run takes time in proportion to its work (the loop is not optimised away, nor skipped)."""
+    small, large = calibrate(n=20_000, repeats=3), calibrate(n=200_000, repeats=3)
+    assert 0 < small < large
+
+
+def test_alike_hosts_are_not_apart_and_each_difference_is_named() -> None:
+    assert apart(A, A) == []
+    assert apart(A, HostFingerprint(**{**A.to_dict(), "loop_ms": 27.0, "gpus": (H100,), "cores": (2, 3)})) == []  # 1.12 x
+    other = HostFingerprint("gpu-b", "AMD EPYC 9654", 16, ("NVIDIA H200",), "575.1", 12.0, (0,))
+    found = apart(A, other)
+    assert found[0] == "host gpu-a vs gpu-b" and "CPU Intel(R) Xeon(R) Platinum 8480+ vs AMD EPYC 9654" in found
+    assert f"GPUs {H100} vs NVIDIA H200" in found and "driver 570.86 vs 575.1" in found
+    assert "a core's Python speed 24.0 vs 12.0 ms a loop (2.00 x)" in found
+
+
+def test_a_stored_fingerprint_reads_back_and_one_never_stored_or_damaged_reads_as_none() -> None:
+    assert HostFingerprint.from_dict(A.to_dict()) == A
+    assert HostFingerprint.from_dict(None) is None
+    assert HostFingerprint.from_dict({"name": "x"}) is None  # no cpu: unreadable, not a crash
+    assert (
+        A.describe()
+        == "gpu-a (Intel(R) Xeon(R) Platinum 8480+; 16 CPUs; 1 x NVIDIA H100 80GB HBM3; driver 570.86; Python loop 24.0 ms)"
+    )
+
+
+def test_the_cpu_model_is_read_from_cpuinfo_on_x86_and_arm(tmp_path: Path) -> None:
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R)  Xeon(R) CPU @ 2.20GHz\n")
+    assert fingerprint._cpu_model(x86) == "Intel(R) Xeon(R) CPU @ 2.20GHz"
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nBogoMIPS\t: 2000.00\nCPU part\t: 0xd4f\n")  # no model name on Arm's cpuinfo
+    assert fingerprint._cpu_model(arm)  # the platform's, never empty
+    assert fingerprint._cpu_model(tmp_path / "missing")
+
+
+def test_this_host_calibrates_on_the_cores_it_is_given() -> None:
+    core = min(os.sched_getaffinity(0))
+    here = fingerprint.this_host((), [core])
+    assert here.cores == (core,) and here.loop_ms is not None and here.loop_ms > 0 and here.gpus == ()
+    assert fingerprint.this_host(calibration=False).loop_ms is None
+
+
+def test_a_trial_stores_the_host_it_ran_on_and_the_reader_gives_it_back() -> None:
+    study = optuna.create_study(directions=["maximize"])
+    numbers = count()
+    for host in (A.to_dict(), None):
+        trial = study.ask()
+        outcome = TrialOutcome({}, ("x",), Capacity(), (), Timings(), host=host)
+        tell(study, trial, Verdict.of(outcome, values=[float(next(numbers))]))
+    stored = read_study(study)
+    assert stored.trial(0).host == A.to_dict()  # type: ignore[union-attr]
+    assert stored.trial(1).host is None  # type: ignore[union-attr]
+    assert (
+        TrialOutcome.from_dict(TrialOutcome({}, ("x",), Capacity(), (), Timings(), host=A.to_dict()).to_dict()).host
+        == A.to_dict()
+    )
