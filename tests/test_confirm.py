@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -261,6 +262,9 @@ def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_comman
     assert found["held"] is True and found["answer"] == {"concurrency": 2.0} and len(found["slices"]) == 3
     assert found["goodput"] > 0 and found["seconds"] == pytest.approx(6.0, abs=1.0)
     assert (tmp_path / "runs/c/confirm/trial0-0/server.log").exists()
+    # both ran here, and each stored the host it ran on (the warning where they differ: tests/test_corrected.py)
+    assert found["host"]["name"] == study.trials[0].user_attrs["host"]["name"] == socket.gethostname()
+    assert found["host"]["loop_ms"] > 0 and found["host"]["cpu"] == study.trials[0].user_attrs["host"]["cpu"]
     status = _tune(tmp_path, "status", "--study", "c")
     assert "confirmed: held over 0 min at its SLO answer" in status.stdout and "confirmation of trial 0" in status.stdout
     after = _tune(tmp_path, "export", "--study", "c", "--format", "json")

@@ -21,8 +21,8 @@ from tuner.base.metrics import (
 )
 from tuner.cli._common import echo, echo_wide, terminal_width
 from tuner.results.confirmation import describe as describe_confirmation
+from tuner.results.confirmation import other_host, uncorrected_failure
 from tuner.results.confirmation import steps as confirmation_steps
-from tuner.results.confirmation import uncorrected_failure
 from tuner.results.gain import gains
 from tuner.results.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.results.screen import describe_screen, screen_for
@@ -94,6 +94,8 @@ def print_best(study: StudyRecord) -> None:
         echo(f"  {said[0]}")
         for line in confirmation_steps(found) if found else []:
             echo(f"  {line.strip()}")
+        if (moved := other_host(chosen.trial.host, found, chosen.number)) is not None:
+            echo(f"  warning: {moved}")
     for line in gain_lines(study):
         echo(line)
 

@@ -17,7 +17,7 @@ from tuner.orchestration.confirm import Confirmation, answer_of
 from tuner.orchestration.confirm import confirm as confirm_pick
 from tuner.orchestration.validate import Revalidation, revalidate
 from tuner.results.confirmation import describe as describe_confirmation
-from tuner.results.confirmation import describe_answer
+from tuner.results.confirmation import describe_answer, other_host
 from tuner.results.pick import objective_metrics, pick
 from tuner.space import SearchSpace
 from tuner.trials import StudyRecord, record_of
@@ -51,6 +51,9 @@ def validate(
             )
             for line in describe_confirmation(found.to_dict(), found.trial):
                 echo(line)
+            searched = record.trial(found.trial)
+            if (moved := other_host(searched.host if searched else None, found.to_dict(), found.trial)) is not None:
+                echo(f"warning: {moved}")
             return
         results = _revalidate(the_study, stored_space(record), objective, top, repeats)
     echo("")

@@ -32,6 +32,7 @@ from tuner.base.exceptions import ConfigError, TunerError, describe_failure
 from tuner.base.level import Level
 from tuner.base.metrics import SLO_GOODPUT, SLO_GOODPUT_CI
 from tuner.base.records import TrialOutcome
+from tuner.host.fingerprint import HOST_FILE
 from tuner.host.ledger import Ledger
 from tuner.launching.executors import Executor
 from tuner.launching.scheduler import Scheduler
@@ -74,6 +75,7 @@ class Confirmation:
     confirmed_goodput: float | None = None
     confirmed_ci: float | None = None
     cut_run: Mapping[str, Any] | None = None  # the run a cut ended, its figures so far (tuner.probes.long_run.run_so_far)
+    host: Mapping[str, Any] | None = None  # what it ran on (tuner.host.fingerprint), where its worker wrote it
 
     @property
     def corrected(self) -> bool:
@@ -99,6 +101,7 @@ class Confirmation:
             "confirmed_goodput": self.confirmed_goodput,
             "confirmed_ci": self.confirmed_ci,
             "cut_run": dict(self.cut_run) if self.cut_run is not None else None,
+            "host": dict(self.host) if self.host is not None else None,
         }
 
 
@@ -168,11 +171,13 @@ def confirm(
         runs, failure = _runs(f"interrupted ({type(exc).__name__})", where)
         cut = _cut_run(where)
         if runs or before or (cut is not None and chosen.trial.confirmed is None):  # a bare cut replaces no earlier verdict
-            found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut)
+            found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut, host=_host(where))
             save_confirmation(study, chosen.number, found.to_dict())
         raise
     runs, failure = _runs(result, where)
-    found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, _cut_run(where) if failure else None)
+    found = _confirmation(
+        chosen.trial, answer, seconds, (*before, *runs), failure, _cut_run(where) if failure else None, host=_host(where)
+    )
     save_confirmation(study, chosen.number, found.to_dict())
     return found
 
@@ -247,6 +252,16 @@ def _cut_run(where: Path) -> dict[str, Any] | None:
         return None
 
 
+def _host(where: Path) -> dict[str, Any] | None:
+    """What the run ran on (:data:`~tuner.host.fingerprint.HOST_FILE`; None: it never started)."""
+    kept = where / HOST_FILE
+    try:
+        return dict(json.loads(kept.read_text())) if kept.is_file() else None
+    except (OSError, ValueError) as exc:
+        logger.warning("confirm: %s unreadable (%s): the host it ran on is not stored", kept, exc)
+        return None
+
+
 def _confirmation(
     trial: TrialRecord,
     answer: Mapping[str, float],
@@ -254,13 +269,26 @@ def _confirmation(
     runs: Sequence[Mapping[str, Any]],
     failure: str | None,
     cut: Mapping[str, Any] | None = None,
+    *,
+    host: Mapping[str, Any] | None = None,
 ) -> Confirmation:
     """The stored confirmation: the first run's verdict at the search's answer, every run, the
     load that held (the first run that held throughout), and the run a cut ended (``cut``)."""
     short = (trial.metrics.get(SLO_GOODPUT), trial.metrics.get(SLO_GOODPUT_CI))
     if not runs:
         return Confirmation(
-            trial.number, answer, seconds, False, 0.0, None, *short, 0.0, (), failure=failure or "no result", cut_run=cut
+            trial.number,
+            answer,
+            seconds,
+            False,
+            0.0,
+            None,
+            *short,
+            0.0,
+            (),
+            failure=failure or "no result",
+            cut_run=cut,
+            host=host,
         )
     first = runs[0]
     kept = next((r for r in runs if r.get("held")), None)
@@ -282,4 +310,5 @@ def _confirmation(
         confirmed_goodput=float(kept["goodput"]) if kept else None,
         confirmed_ci=kept.get("goodput_ci") if kept else None,
         cut_run=cut,
+        host=host,
     )

@@ -6,8 +6,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuner.base.level import Level
+from tuner.host.fingerprint import HostFingerprint, apart
 
-__all__ = ["corrected", "describe", "describe_answer", "describe_step", "run_verdict_text", "steps", "uncorrected_failure"]
+__all__ = [
+    "corrected",
+    "describe",
+    "describe_answer",
+    "describe_step",
+    "other_host",
+    "run_verdict_text",
+    "steps",
+    "uncorrected_failure",
+]
 
 
 def describe_answer(answer: Mapping[str, float]) -> str:
@@ -33,6 +43,19 @@ def uncorrected_failure(found: Mapping[str, Any] | None) -> bool:
     """A confirmation that did not hold at the search's answer and found no load below that held
     (one stored before confirmations stepped down, without ``runs``, never looked: not this)."""
     return bool(found) and bool(found.get("runs")) and not found.get("held") and not found.get("confirmed_answer")  # type: ignore[union-attr]
+
+
+def other_host(searched: Mapping[str, Any] | None, found: Mapping[str, Any] | None, number: int) -> str | None:
+    """A line where trial ``number``'s search and its confirmation (``found``) ran on hosts that
+    differ in what sets an engine's speed (None: the same host, alike, or one of them unknown)."""
+    first = HostFingerprint.from_dict(dict(searched) if searched else None)
+    second = HostFingerprint.from_dict(dict(found.get("host") or {}) if found else None)
+    if first is None or second is None or not (differs := apart(first, second)):
+        return None
+    return (
+        f"trial {number} was searched on {first.describe()} and confirmed on {second.describe()} "
+        f"({'; '.join(differs)}): an SLO answer does not carry between hosts; search and confirm on the host that will serve"
+    )
 
 
 def describe(found: Mapping[str, Any], number: int) -> list[str]:

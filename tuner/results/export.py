@@ -24,7 +24,7 @@ import yaml
 from tuner import engines
 from tuner.base.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, LOAD_ERROR_RATE, LOAD_TTFT_P99
 from tuner.engines import Command
-from tuner.results.confirmation import corrected, describe_answer
+from tuner.results.confirmation import corrected, describe_answer, other_host
 from tuner.results.limits import Limits, default_contexts, for_trial
 from tuner.results.pick import Candidate
 from tuner.space import SearchSpace
@@ -147,6 +147,10 @@ class Export:
         if self.space.probes.slo is None:
             return []
         found, n = self.candidate.trial.confirmed, self.candidate.number
+        moved = other_host(self.candidate.trial.host, found, n)
+        return [*self._confirmation_verdict(found, n), *([moved] if moved else [])]
+
+    def _confirmation_verdict(self, found: Mapping[str, Any] | None, n: int) -> list[str]:
         if not found:
             return [
                 f"trial {n}'s SLO answer is not confirmed: it comes from short windows (`tune validate --study {self.study} "
@@ -218,6 +222,7 @@ class Export:
                     "values": dict(zip(self.metric_names, self.candidate.values, strict=False)),
                     "revalidated": self.candidate.revalidated,
                     "confirmed": _confirmed_summary(self.candidate.trial.confirmed),
+                    "host": self.candidate.trial.host,  # what the trial ran on (tuner.host.fingerprint)
                     "limits": self.limits.to_dict(default_contexts(self.limits)),
                     "warnings": self.warnings(),
                 },
@@ -342,5 +347,5 @@ def _confirmed_summary(found: Mapping[str, Any] | None) -> dict[str, Any] | None
     """What the export says of the pick's long run: its answer, length, verdict, goodput, drift."""
     if not found:
         return None
-    keys = ("answer", "seconds", "held", "goodput", "goodput_ci", "drift", "broke", "failure")
+    keys = ("answer", "seconds", "held", "goodput", "goodput_ci", "drift", "broke", "failure", "host")
     return {key: found.get(key) for key in keys}
