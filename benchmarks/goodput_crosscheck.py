@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from tuner import engines
 from tuner.app.read import open_existing, stored_space
 from tuner.base.artifacts import RunDir
+from tuner.host.fingerprint import HostFingerprint, apart, this_host
 from tuner.host.partitions import Partition, free_port, make_partitions
 from tuner.host.processes import terminate_group
 from tuner.results.confirmation import run_verdict_text, uncorrected_failure
@@ -284,6 +285,15 @@ def _sent(r: dict) -> dict:
     return {k: r[k] for k in (*keys, "delivery_from", "parts", "requests_per_part") if k in r}
 
 
+def _tune_host(searched: HostFingerprint | None, differs: list[str] | None) -> str:
+    """What the bench's host is to the tune's: the same, unknown, or how they differ."""
+    if searched is None:
+        return "the tune's host is unknown (a study from before 2026-12-06): the comparison may be across hosts"
+    if not differs:
+        return "the tune ran on this host"
+    return f"the tune ran on another host ({'; '.join(differs)}): its answer is no check of this one"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--study", required=True)
@@ -342,6 +352,11 @@ def main(argv: list[str] | None = None) -> None:
     levels = [answer, round(args.above * answer, 2)] if rate else [answer, math.ceil(args.above * answer)]
     tool = "sglang" if space.engine == "sglang" else "vllm"
     partition = first_partition(space)
+    # an answer belongs to its host (docs/goodput.md, 2026-12-06: the same load ran 2 x slower on another H100 host)
+    here = this_host(partition.devices, partition.server_cpus)
+    searched = HostFingerprint.from_dict(dict(chosen.trial.host) if chosen.trial.host else None)
+    hosts_apart = apart(searched, here) if searched is not None else None
+    print(f"bench host: {here.describe()}; " + _tune_host(searched, hosts_apart))
     port = free_port("127.0.0.1", 33000, 500)
     exported = build_export(study, space, chosen, port=port, run_dir=RunDir.for_study(args.study).root)
     adapter = engines.get(space.engine)
@@ -400,6 +415,7 @@ def main(argv: list[str] | None = None) -> None:
         "study": args.study, "trial": chosen.number, "params": dict(chosen.trial.params), "slo": targets.model_dump(),
         "tune": {k: v for k, v in m.items() if k.startswith("slo.")},
         "mode": slo.mode, "bench": rows, "goodput_over_bench_at_n": ratio, "at": args.at,
+        "host": here.to_dict(), "tune_host": dict(chosen.trial.host) if chosen.trial.host else None, "hosts_apart": hosts_apart,
     }  # fmt: skip
     (args.out / f"crosscheck{'-' + args.only if args.only else ''}.json").write_text(json.dumps(summary, indent=2) + "\n")
     if args.at is None:

@@ -48,6 +48,7 @@ def test_alike_hosts_are_not_apart_and_each_difference_is_named() -> None:
 
 def test_a_stored_fingerprint_reads_back_and_one_never_stored_or_damaged_reads_as_none() -> None:
     assert HostFingerprint.from_dict(A.to_dict()) == A
+    assert HostFingerprint(**A.to_dict()) == A and apart(A, HostFingerprint(**A.to_dict())) == []  # lists as stored: tuples
     assert HostFingerprint.from_dict(None) is None
     assert HostFingerprint.from_dict({"name": "x"}) is None  # no cpu: unreadable, not a crash
     assert (

@@ -145,3 +145,18 @@ def test_a_load_named_by_at_is_compared_with_the_confirmation_run_there() -> Non
     assert figure is not None and round(figure[0], 1) == 4924.8 and round(figure[1], 1) == 105.3, figure
     assert "420 s did NOT hold" in said, said
     assert confirmation_at(confirmed, 40.0) == (None, "no confirmation run at that load (no ratio)")
+
+
+def test_the_bench_says_whether_the_tune_ran_on_its_host() -> None:
+    """On the H100 (2026-12-06) the bench held 1.15 x an answer searched on another host, which ran
+    the same load 2 x slower, and its output compared them as if on one: it now says which."""
+    from goodput_crosscheck import _tune_host
+
+    from tuner.host.fingerprint import HostFingerprint, apart
+
+    searched = HostFingerprint("gpu-a", "Intel(R) Xeon(R) Platinum 8480+", 16, ("NVIDIA H100 80GB HBM3",), "570.86", 24.0)
+    here = HostFingerprint(**{**searched.to_dict(), "name": "gpu-b", "loop_ms": 11.5})
+    assert _tune_host(searched, apart(searched, searched)) == "the tune ran on this host"
+    said = _tune_host(searched, apart(searched, here))
+    assert said.startswith("the tune ran on another host (host gpu-a vs gpu-b; a core's Python speed 24.0 vs 11.5 ms")
+    assert "unknown" in _tune_host(None, None)

@@ -50,6 +50,10 @@ class HostFingerprint:
     loop_ms: float | None = None  # the calibration: least time of the fixed Python loop on the server's cores
     cores: tuple[int, ...] = field(default=())  # where the calibration ran
 
+    def __post_init__(self) -> None:  # lists (as to_dict writes them) compare unequal to tuples: keep tuples
+        object.__setattr__(self, "gpus", tuple(self.gpus))
+        object.__setattr__(self, "cores", tuple(self.cores))
+
     def describe(self) -> str:
         parts = [self.cpu, f"{self.cpus} CPUs"]
         if self.gpus:
