@@ -6,13 +6,17 @@ its host, so the host is kept beside it."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import sqlite3
 from itertools import count
 from pathlib import Path
 
 import optuna
 import pytest
 
+from tests.conftest import ROOT, tune_here
 from tuner.base.records import Capacity, Timings, TrialOutcome
 from tuner.host import fingerprint
 from tuner.host.fingerprint import HostFingerprint, apart, calibrate
@@ -88,3 +92,32 @@ def test_a_trial_stores_the_host_it_ran_on_and_the_reader_gives_it_back() -> Non
         TrialOutcome.from_dict(TrialOutcome({}, ("x",), Capacity(), (), Timings(), host=A.to_dict()).to_dict()).host
         == A.to_dict()
     )
+
+
+def test_a_front_of_trials_on_unlike_hosts_is_said_so_in_status_and_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ray cluster of mixed nodes (or a study resumed on another machine) puts trials measured on
+    different hosts side by side: on the committed H200 vLLM study (front: trials 0, 5, 8), trial
+    5's host is made another node of the same kind (no warning), then one 2 x slower (a warning)."""
+    name = "h200-vllm-goodput"
+    runs = tmp_path / "runs" / name
+    runs.mkdir(parents=True)
+    shutil.copy(ROOT / "docs/data/goodput/h200-vllm-goodput.db", runs / "study.db")
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{runs / 'study.db'}")
+    ids = {t.number: t._trial_id for t in study.trials}
+    node = HostFingerprint("node-1", "AMD EPYC 9654", 192, ("NVIDIA H200",), "575.1", 12.0)
+    monkeypatch.chdir(tmp_path)
+    for number, host, said in ((0, node, False), (5, HostFingerprint(**{**node.to_dict(), "name": "node-2"}), False),
+                               (8, HostFingerprint(**{**node.to_dict(), "name": "node-3", "loop_ms": 25.0}), True)):  # fmt: skip
+        with sqlite3.connect(runs / "study.db") as db:  # as a newer tuner stores it with each trial
+            db.execute(
+                "INSERT INTO trial_user_attributes (trial_id, key, value_json) VALUES (?, 'host', ?)",
+                (ids[number], json.dumps(host.to_dict())),
+            )
+        assert tune_here("status", "--study", name) == 0
+        out = capsys.readouterr().out
+        assert ("ran on unlike hosts" in out) is said, out
+    assert "warning: trials 0 and 8 ran on unlike hosts (a core's Python speed 12.0 vs 25.0 ms a loop (0.48 x))" in out
+    assert tune_here("report", "--study", name) == 0
+    assert "warning: trials 0 and 8 ran on unlike hosts" in (runs / "report.md").read_text()

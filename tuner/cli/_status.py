@@ -24,6 +24,7 @@ from tuner.results.confirmation import describe as describe_confirmation
 from tuner.results.confirmation import other_host, uncorrected_failure
 from tuner.results.confirmation import steps as confirmation_steps
 from tuner.results.gain import gains
+from tuner.results.hosts import unlike_hosts
 from tuner.results.pick import candidates, describe_noise, objective_metrics, pareto_front, pick, signs
 from tuner.results.screen import describe_screen, screen_for
 from tuner.results.table import summary_rows
@@ -82,6 +83,8 @@ def print_best(study: StudyRecord) -> None:
     echo(f"front (feasible, within-noise ties kept): trials {', '.join(str(c.number) for c in front)}")
     for c in front:
         echo(f"  {c.describe(names)}")
+    if (unlike := unlike_hosts([c.trial for c in front])) is not None:
+        echo(f"  warning: {unlike}")
     chosen = pick(study, "knee")
     echo(f"pick (knee): {chosen.describe(names)}")
     found = chosen.trial.confirmed

@@ -90,11 +90,12 @@ class HostFingerprint:
             return None
 
 
-def apart(first: HostFingerprint, second: HostFingerprint) -> list[str]:
+def apart(first: HostFingerprint, second: HostFingerprint, *, names: bool = True) -> list[str]:
     """How two hosts differ in what sets an engine's speed (empty: the same host, or alike):
-    the host itself, its CPU or GPU model, its driver, its calibration beyond :data:`SPEED_RATIO`."""
+    the host itself (``names``: a cluster's nodes of one kind are alike though named apart), its
+    CPU or GPU model, its driver, its calibration beyond :data:`SPEED_RATIO`."""
     found = []
-    if first.name != second.name:
+    if names and first.name != second.name:
         found.append(f"host {first.name} vs {second.name}")
     if first.cpu != second.cpu:
         found.append(f"CPU {first.cpu} vs {second.cpu}")

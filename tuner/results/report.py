@@ -25,6 +25,7 @@ from tuner.base.metrics import (
 from tuner.results.confirmation import describe as describe_confirmation
 from tuner.results.export import build_export
 from tuner.results.gain import gains
+from tuner.results.hosts import unlike_hosts
 from tuner.results.limits import default_contexts
 from tuner.results.pareto import fronts
 from tuner.results.pick import candidates, context_metric, describe_noise, objective_metrics, pick, role_index
@@ -132,6 +133,9 @@ def build_report(studied: Studied, space: SearchSpace, *, run_dir: Path | None =
     for f in the_fronts:
         md += [f"| {p.trial} | {p.x:,.1f} | {p.y:,.1f} | {_params_cell(p.params)} |" for p in f.front]
         md += ["", f"hypervolume {f.hypervolume:,.1f} (reference 0, 0)", ""]
+    on_front = {p.trial for f in the_fronts for p in f.front}
+    if (unlike := unlike_hosts([t for t in everything if t.number in on_front])) is not None:
+        md += [f"warning: {unlike}", ""]
     md += ["## Trials", "", *_trials_rows(everything, metric_names), ""]
     md += ["## Re-validation on fresh servers (means, 95 % CI)", "", *_revalidation_rows(study), ""]
     md += ["## Noise", "", *describe_noise(study), ""]
