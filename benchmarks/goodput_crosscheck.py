@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     partition = first_partition(space)
     # an answer belongs to its host (docs/goodput.md, 2026-12-06: the same load ran 2 x slower on another H100 host)
     here = this_host(partition.devices, partition.server_cpus)
-    searched = HostFingerprint.from_dict(dict(chosen.trial.host) if chosen.trial.host else None)
+    searched = HostFingerprint.from_dict(chosen.trial.host)
     hosts_apart = apart(searched, here) if searched is not None else None
     print(f"bench host: {here.describe()}; " + _tune_host(searched, hosts_apart))
     port = free_port("127.0.0.1", 33000, 500)

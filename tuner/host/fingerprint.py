@@ -20,7 +20,7 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,9 +71,9 @@ class HostFingerprint:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> HostFingerprint | None:
+    def from_dict(cls, data: Mapping[str, Any] | None) -> HostFingerprint | None:
         """The stored fingerprint; None where none was stored (a study from before 2026-12-06) or it is unreadable."""
-        if not isinstance(data, dict):
+        if not isinstance(data, Mapping) or not data:
             return None
         try:
             return cls(

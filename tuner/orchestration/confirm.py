@@ -242,24 +242,23 @@ def _runs(result: TrialOutcome | str, where: Path) -> tuple[list[Mapping[str, An
     return [json.loads(line) for line in lines if line.strip()], result
 
 
-def _cut_run(where: Path) -> dict[str, Any] | None:
-    """The run a cut ended, as it had gone so far (:data:`PARTIAL_FILE`; None: no run was under way)."""
-    kept = where / PARTIAL_FILE
+def _kept(kept: Path, lost: str) -> dict[str, Any] | None:
+    """A JSON object the run wrote in its folder (None: not written; unreadable: said, with what is ``lost``)."""
     try:
         return dict(json.loads(kept.read_text())) if kept.is_file() else None
     except (OSError, ValueError) as exc:
-        logger.warning("confirm: %s unreadable (%s): the cut run's figures are lost", kept, exc)
+        logger.warning("confirm: %s unreadable (%s): %s", kept, exc, lost)
         return None
+
+
+def _cut_run(where: Path) -> dict[str, Any] | None:
+    """The run a cut ended, as it had gone so far (:data:`PARTIAL_FILE`; None: no run was under way)."""
+    return _kept(where / PARTIAL_FILE, "the cut run's figures are lost")
 
 
 def _host(where: Path) -> dict[str, Any] | None:
     """What the run ran on (:data:`~tuner.host.fingerprint.HOST_FILE`; None: it never started)."""
-    kept = where / HOST_FILE
-    try:
-        return dict(json.loads(kept.read_text())) if kept.is_file() else None
-    except (OSError, ValueError) as exc:
-        logger.warning("confirm: %s unreadable (%s): the host it ran on is not stored", kept, exc)
-        return None
+    return _kept(where / HOST_FILE, "the host it ran on is not stored")
 
 
 def _confirmation(

@@ -48,8 +48,8 @@ def uncorrected_failure(found: Mapping[str, Any] | None) -> bool:
 def other_host(searched: Mapping[str, Any] | None, found: Mapping[str, Any] | None, number: int) -> str | None:
     """A line where trial ``number``'s search and its confirmation (``found``) ran on hosts that
     differ in what sets an engine's speed (None: the same host, alike, or one of them unknown)."""
-    first = HostFingerprint.from_dict(dict(searched) if searched else None)
-    second = HostFingerprint.from_dict(dict(found.get("host") or {}) if found else None)
+    first = HostFingerprint.from_dict(searched)
+    second = HostFingerprint.from_dict(found.get("host") if found else None)
     if first is None or second is None or not (differs := apart(first, second)):
         return None
     return (

@@ -15,7 +15,7 @@ __all__ = ["unlike_hosts"]
 def unlike_hosts(trials: Sequence[TrialRecord]) -> str | None:
     """A line where ``trials`` ran on hosts unlike each other (their names aside), naming the first
     two that differ and how; None where they are alike or their hosts were not stored."""
-    hosts = [(t.number, h) for t in trials if (h := HostFingerprint.from_dict(dict(t.host) if t.host else None)) is not None]
+    hosts = [(t.number, h) for t in trials if (h := HostFingerprint.from_dict(t.host)) is not None]
     for i, (first, a) in enumerate(hosts):
         for second, b in hosts[i + 1 :]:
             if differs := apart(a, b, names=False):

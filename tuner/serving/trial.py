@@ -132,9 +132,8 @@ def run_trial(
     start, :class:`~tuner.base.exceptions.ProbeError` when it cannot be measured."""
     adapter = engines.get(space.engine)
     host = fingerprint.this_host(partition.devices if partition.kind == "gpu" else (), partition.server_cpus)
-    write_json(
-        trial_dir / fingerprint.HOST_FILE, host.to_dict()
-    )  # also where the trial never ends (a confirmation cut by a deadline)
+    # written now: also where the trial never ends (a confirmation cut by a deadline)
+    write_json(trial_dir / fingerprint.HOST_FILE, host.to_dict())
     with progress.bind(trial_dir), serve(space, params, trial_dir, partition, ledger=ledger) as served:
         probe_began = time.time()
         results: list[ProbeResult] = []
