@@ -287,9 +287,10 @@ def test_a_level_that_broke_on_its_growth_alone_is_held_before_it_bounds_the_ans
     measure, hold = _growth_server(calls, holds_at=31)
     found = asyncio.run(search_rate(measure, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
     assert [c for c in calls if c[0] == "level"] == [("level", r) for r in (32, 16, 24, 28, 26, 30)]
-    assert [c for c in calls if c[0] == "hold"] == [("hold", 28), ("hold", 30)]  # each growth-only break held: no break
-    assert found.answer == 30 and found.broke == 32 and found.broken[32][0] == "itl_p99 0.09 > 0.05"
-    assert "28 requests/s broke on its growth alone in 10s, then held 120s" in found.stop_reason
+    assert [c for c in calls if c[0] == "hold"] == [("hold", 28), ("hold", 30), ("hold", 32)]  # each short break held
+    assert found.answer == 30 and found.broke == 32 and found.broken[32][0] == "held 120s: itl_p99 0.09 > 0.05"
+    assert "28 requests/s broke in 10s (requests in the system grew 1 +- 0.5/s" in found.stop_reason
+    assert "then held 120s on the same server" in found.stop_reason
 
 
 def test_a_growth_only_break_whose_hold_breaks_too_bounds_the_answer() -> None:
@@ -302,12 +303,48 @@ def test_a_growth_only_break_whose_hold_breaks_too_bounds_the_answer() -> None:
     assert "did not hold 120s either" in found.stop_reason
 
 
-def test_a_break_on_a_latency_target_is_not_held_again() -> None:
+def _latency_server(calls: list[tuple[str, float]], stall_to: float, error_from: float = float("inf")) -> tuple[Any, Any]:
+    """A server whose queue never grows and whose ITL p99 breaks from 32 requests/s in a 10-s
+    level, in a hold only above ``stall_to`` (a stall in the short window), and whose requests
+    fail from ``error_from``."""
+
+    def figures(rate: float, window: float, itl: float) -> dict[str, Any]:
+        return {
+            "ttft_p99": 0.1, "itl_p99": itl, "error_rate": 0.01 if rate >= error_from else 0.0, "output_tok_s": 100 * rate,
+            "window_s": window, "growth": 0.0, "growth_ci": 0.5, "completion_rate": rate, "horizon_s": 420.0,
+        }  # fmt: skip
+
+    async def measure(rate: float) -> dict[str, Any]:
+        calls.append(("level", rate))
+        return figures(rate, 10.0, 0.061 if rate >= 32 else 0.03)
+
+    async def hold(rate: float) -> dict[str, Any]:
+        calls.append(("hold", rate))
+        return {**figures(rate, 60.0, 0.061 if rate > stall_to else 0.03), "decisive": True}
+
+    return measure, hold
+
+
+def test_a_level_that_broke_a_latency_target_in_its_short_window_is_held_before_it_bounds_the_answer() -> None:
     calls: list[tuple[str, float]] = []
-    measure, hold = _growth_server(calls, holds_at=31)
+    measure, hold = _latency_server(calls, stall_to=40)  # a stall: 32 holds its ITL target over a minute
+    found = asyncio.run(search_rate(measure, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
+    assert [c for c in calls if c[0] == "hold"] == [("hold", 32), ("hold", 40), ("hold", 48)]
+    assert found.answer == 40 and found.broke == 48  # 40 held its minute; 48 did not (the hold's window decides)
+    assert "32 requests/s broke in 10s (itl_p99 0.061 > 0.05), then held 60s on the same server" in found.stop_reason
 
-    async def no_growth(rate: float) -> dict[str, Any]:
-        return {**await measure(rate), "growth": 0.0}
 
-    found = asyncio.run(search_rate(no_growth, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
-    assert [c for c in calls if c[0] == "hold"] == [("hold", found.answer)] and found.answer == 30
+def test_a_latency_break_whose_hold_breaks_too_bounds_the_answer() -> None:
+    calls: list[tuple[str, float]] = []
+    measure, hold = _latency_server(calls, stall_to=31)
+    found = asyncio.run(search_rate(measure, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
+    assert [c for c in calls if c[0] == "hold"] == [("hold", 32), ("hold", 30)]
+    assert found.answer == 30 and found.broke == 32 and found.broken[32] == ["held 60s: itl_p99 0.061 > 0.05"]
+    assert "32 requests/s broke in 10s (itl_p99 0.061 > 0.05) and did not hold 60s either" in found.stop_reason
+
+
+def test_a_level_where_requests_failed_is_not_held_again() -> None:
+    calls: list[tuple[str, float]] = []
+    measure, hold = _latency_server(calls, stall_to=40, error_from=32)
+    found = asyncio.run(search_rate(measure, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
+    assert [c for c in calls if c[0] == "hold"] == [("hold", 30)] and found.answer == 30 and found.broke == 32

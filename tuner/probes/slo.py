@@ -15,11 +15,11 @@ probe's workload and steady-state windows (a level here is exactly a load-probe 
 never more than ``max_levels`` levels measured here; 4. hold: the level the search found runs
 once more on the same server for ``hold`` seconds (extended up to ``hold_max`` while an open
 loop's growth is undecided: :data:`tuner.probes.load.Window`); one that does not hold counts as
-broken and the search goes on below it, at most ``holds`` times. Before it, a level above that
-broke on its queue's growth alone, every latency target met, is held too: from a 10-s window such
-a break is a statistical call that one stall of the engine makes (on the H200, SGLang's own bench
-held 1.15 x an answer whose level above had broken so), and a hold that holds makes it no break.
-The answer is the largest level
+broken and the search goes on below it, at most ``holds`` times. Before it, the level above that
+broke on its queue's growth or a latency percentile, no request failed, is held too: the answer
+must hold each minute of its confirmation, and a 10-s window reads one stall of the engine as a
+growing queue or a p99 over its target (on the H200, SGLang's own bench held 1.15 x an answer whose
+level above had broken on its growth); a hold that holds makes it no break. The answer is the largest level
 that held, and held its hold where one is asked for: ``concurrency``, its ``goodput`` (output tok/s
 there, with its batch-means CI: the hold's where it ran) and its latencies; ``concurrency_violated``
 is the smallest level that broke the SLO (the answer lies in between). Every level starts on a
@@ -324,17 +324,17 @@ class Search:
         self.broken[level] = [f"held {summary.get('window_s') or 0:.0f}s: {b}" for b in broke]
         return not broke
 
-    def growth_only(self, level: float) -> bool:
-        """Whether ``level`` broke on its queue's growth alone, every latency and error target met:
-        from a short window that is a statistical call that one stall of the engine can make (a
-        half-second stall adds half a second of arrivals at the window's end), so near the
-        answer it is judged again over a hold's window (:func:`_held`)."""
+    def short_break(self, level: float) -> bool:
+        """Whether ``level`` broke only on what a short window may read from one stall of the
+        engine: its queue's growth or a latency percentile, every latency measured, no request
+        failed, and its senders on schedule. Near the answer such a level is judged again over a
+        hold's window (:func:`_held`), the window the confirmation judges each minute on."""
         summary = self.levels.get(level)
-        return bool(
-            summary is not None
-            and self.broken.get(level)
-            and level not in self.client_bound
-            and not self.targets.violated({**summary, "growth": None})
+        if summary is None or not self.broken.get(level) or level in self.client_bound:
+            return False
+        latencies = [n for n in ("ttft_p99", "itl_p99", "tpot_p99") if getattr(self.targets, n) is not None]
+        return (
+            all(summary.get(n) is not None for n in latencies) and (summary.get("error_rate") or 0.0) <= self.targets.error_rate
         )
 
     def figures(self, level: float) -> dict[str, Any]:
@@ -371,25 +371,19 @@ Hold = Callable[[float], Awaitable[dict[str, Any]]]
 async def _held(found: Search, hold: Hold | None, most: int, unit: str) -> bool:
     """Hold the level the search found (True: the answer stands: it held, there is none, no hold
     is asked for, or the hold budget is spent; False: its hold broke and the search goes on below).
-    First, where the level above it broke on its growth alone (:meth:`Search.growth_only`), that
-    level is held: one that holds is no break (False: the search goes on above it). What each hold
-    found is added to the stop reason."""
+    First, where the level above it broke on its growth or a latency percentile alone
+    (:meth:`Search.short_break`), that level is held: one that holds is no break (False: the search
+    goes on above it). What each hold found is added to the stop reason."""
     if hold is None or not found.held:
         found.stop_reason += "".join(found.notes)
         return True
     top = found.broke
-    if top is not None and top not in found.holds and found.growth_only(top) and len(found.holds) < most:
-        short = found.levels[top].get("window_s") or 0
+    if top is not None and top not in found.holds and found.short_break(top) and len(found.holds) < most:
+        short = f"{top:g} {unit} broke in {found.levels[top].get('window_s') or 0:.0f}s ({'; '.join(found.broken[top])})"
         if found.add_hold(top, await hold(top)):  # the search goes on above it
-            found.notes.append(
-                f"; {top:g} {unit} broke on its growth alone in {short:.0f}s, then held "
-                f"{found.holds[top].get('window_s') or 0:.0f}s on the same server"
-            )
+            found.notes.append(f"; {short}, then held {found.holds[top].get('window_s') or 0:.0f}s on the same server")
             return False
-        found.notes.append(
-            f"; {top:g} {unit} broke on its growth alone in {short:.0f}s and did not hold "
-            f"{found.holds[top].get('window_s') or 0:.0f}s either"
-        )
+        found.notes.append(f"; {short} and did not hold {found.holds[top].get('window_s') or 0:.0f}s either")
     if found.held in found.holds:
         found.stop_reason += "".join(found.notes)
         return True
