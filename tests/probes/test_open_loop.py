@@ -103,6 +103,21 @@ def test_a_shortfall_is_client_bound_and_a_late_loop_only_where_the_level_broke(
     assert "ms late at p99" in str(client_verdict(late, ["ttft_p99 1.2 > 1"]))  # a break the lag may have caused
 
 
+def test_a_late_loop_s_break_that_stands_with_the_lag_taken_off_is_the_server_s() -> None:
+    """The H100's 88 requests/s hold (SGLang, 2026-12-06): sends 63 ms late at p99 with 1,017
+    requests waiting. A TTFT p99 of seconds, or a queue that grows, is no busy client's doing; a
+    TTFT p99 within the lag of its target may be."""
+    targets = SloTargets(ttft_p99=1.0, itl_p99=0.05)
+    late = {"client_late": True, "send_lag_p99": 0.063, "ttft_p99": 0.5, "itl_p99": 0.02, "error_rate": 0.0}
+    for server, why in [({"ttft_p99": 11.3}, "ttft"), ({"ttft_p99_censored": 11.3}, "still waiting"), ({"itl_p99": 0.2}, "itl")]:
+        level = {**late, **server}
+        assert client_verdict(level, targets.violated(level), targets) is None, why
+    grows = {**late, "growth": 19.4, "growth_ci": 3.7, "completion_rate": 67.2, "horizon_s": 420.0, "decisive": True}
+    assert targets.violated(grows) and client_verdict(grows, targets.violated(grows), targets) is None
+    for lag_s, level in [("ttft", {**late, "ttft_p99": 1.05}), ("itl", {**late, "itl_p99": 0.1})]:
+        assert "ms late at p99" in str(client_verdict(level, targets.violated(level), targets)), lag_s
+
+
 def test_an_arrival_due_at_the_windows_end_and_sent_a_moment_later_is_delivered() -> None:
     """Delivery is judged on the arrivals due in the window: at 1 request/s in a window of seconds,
     one due 2 ms before the end and sent 3 ms late made 5 of 6 (83 %) by send time, and the level

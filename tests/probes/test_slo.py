@@ -343,6 +343,40 @@ def test_a_latency_break_whose_hold_breaks_too_bounds_the_answer() -> None:
     assert "32 requests/s broke in 10s (itl_p99 0.061 > 0.05) and did not hold 60s either" in found.stop_reason
 
 
+def test_the_h100_search_replays_to_80_with_88_the_server_s_break() -> None:
+    """The committed H100 tune (docs/goodput.md, sixth session; SGLang 0.5.17): its levels and holds
+    replayed through the search. 88/s broke in 10 s, its hold broke too (TTFT p99 11.3 s, 1,017
+    waiting, queue +19.4/s) with sends 63 ms late at p99; that break is the server's, not the
+    client's, so the answer is 80 with 88 breaking it (stored at the time: "88 could not be sent").
+    SGLang's bench at 92/s broke (TTFT p99 76 s)."""
+    import json
+
+    import optuna
+
+    from tests.conftest import ROOT
+
+    data = ROOT / "docs" / "data" / "goodput" / "h100-sglang-2026-12-06e"
+    study = optuna.load_study(study_name="h200-sglang-goodput-rate", storage=f"sqlite:///{data / 'tune' / 'study.db'}")
+    stored = study.trials[0].user_attrs["slo"]
+    calls: list[tuple[str, float]] = []
+
+    async def measure(rate: float) -> dict[str, Any]:
+        calls.append(("level", rate))
+        return dict(stored["levels"][f"{rate:g}"])
+
+    async def hold(rate: float) -> dict[str, Any]:
+        calls.append(("hold", rate))
+        return dict(stored["holds"][f"{rate:g}"])
+
+    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180)
+    found = asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0, itl_p99=0.05), spec, hold=hold))
+    assert calls == [*(("level", r) for r in (32, 64, 128, 96, 80, 88)), ("hold", 88), ("hold", 80)]
+    assert found.answer == 80 and found.broke == 88 and not found.client_bound
+    assert found.stop_reason.startswith("bracketed: 80 requests/s hold the SLO, 88 break it")
+    check = json.loads((data / "bench-above" / "crosscheck-above.json").read_text())
+    assert check["bench"][0]["rate"] == 92 and check["bench"][0]["ttft_p99"] > 60 and check["host"]["cpus"] == 16
+
+
 def test_a_level_where_requests_failed_is_not_held_again() -> None:
     calls: list[tuple[str, float]] = []
     measure, hold = _latency_server(calls, stall_to=40, error_from=32)

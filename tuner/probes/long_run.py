@@ -136,7 +136,7 @@ class ConfirmProbe(Probe):
             return False
         latency = {k: v for k, v in figures.items() if k not in ("growth", "slices")}
         broke = targets.violated(latency)
-        return bool(broke) and client_verdict(latency, broke) is None
+        return bool(broke) and client_verdict(latency, broke, targets) is None
 
 
 def loads(spec: ConfirmProbeSpec) -> list[float]:
@@ -168,7 +168,7 @@ def judged(spec: ConfirmProbeSpec, figures: Mapping[str, Any]) -> list[str]:
     the client's verdict after it (:func:`~tuner.probes.load.client_verdict`)."""
     assert spec.targets is not None
     broke = spec.targets.violated(figures)
-    if (why := client_verdict(figures, broke)) is not None:
+    if (why := client_verdict(figures, broke, spec.targets)) is not None:
         broke.append(why)
     return broke
 

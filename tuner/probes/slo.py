@@ -309,7 +309,7 @@ class Search:
     def add(self, level: float, summary: dict[str, Any]) -> None:
         self.levels[level] = summary
         self.broken[level] = self.targets.violated(summary)
-        if (why := client_verdict(summary, self.broken[level])) is not None:
+        if (why := client_verdict(summary, self.broken[level], self.targets)) is not None:
             self.client_bound[level] = why
 
     def add_hold(self, level: float, summary: dict[str, Any]) -> bool:
@@ -317,7 +317,7 @@ class Search:
         client-bound, where the client is why)."""
         broke = self.targets.violated(summary)
         self.holds[level], self.hold_broken[level] = summary, broke
-        if (why := client_verdict(summary, broke)) is not None:
+        if (why := client_verdict(summary, broke, self.targets)) is not None:
             self.client_bound[level] = f"hold: {why}"
             self.hold_broken[level] = [*broke, why]
             return False
