@@ -219,3 +219,26 @@ def test_the_slo_is_written_once_in_the_objective_set_and_reaches_the_probe() ->
     raw["objectives"] = "goodput-vs-context-cpu"
     with pytest.raises(SpaceError, match=r"'slo.goodput', which this space's probes do not measure \(add `slo: \{\}` under"):
         prepare.validate(raw, "t.yaml")
+
+
+def test_a_trial_timeout_shorter_than_the_trials_longest_plan_is_said_before_the_run(tmp_path: Path) -> None:
+    """A search that may hold the level above its answer and the answer itself (up to ``holds``
+    holds at ``hold_max``) outruns a trial_timeout sized for one hold: the dry run and the run say
+    so in one line, before any server starts."""
+    from tuner.orchestration.dryrun import trial_timeout_line
+
+    raw = tiny_space(objectives="goodput-vs-context-rate")
+    raw["probes"]["recall"] = {"lengths": [128], "depths": [0.5]}
+    raw["probes"]["slo"] = {"mode": "rate", "start_rate": 1, "max_levels": 7, "hold": "60s", "hold_max": "180s"}
+    raw["budget"] = {"trials": 1, "trial_timeout": "8m"}
+    (tmp_path / "short.yaml").write_text(yaml.safe_dump(raw))
+    space, _ = prepare.load(str(tmp_path / "short.yaml"))
+    line = trial_timeout_line(space)
+    assert line is not None and line.startswith("note: budget.trial_timeout 8m00s is shorter than the longest trial")
+    assert "7 SLO levels, 3 holds of up to 3m00s" in line, line
+    raw["budget"]["trial_timeout"] = "20m"
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(raw))
+    assert trial_timeout_line(prepare.load(str(tmp_path / "long.yaml"))[0]) is None
+    raw["budget"] = {"trials": 1}
+    (tmp_path / "none.yaml").write_text(yaml.safe_dump(raw))
+    assert trial_timeout_line(prepare.load(str(tmp_path / "none.yaml"))[0]) is None

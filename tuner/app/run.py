@@ -31,7 +31,7 @@ from tuner.launching.scheduler import Scheduler
 from tuner.orchestration.confirm import MARGIN_S, answer_of, confirm
 from tuner.orchestration.deadline import FIRST_ANSWER, Deadline
 from tuner.orchestration.driver import PAUSED, Driver, RunSummary, TrialReport, fail_interrupted, stop_orphans
-from tuner.orchestration.dryrun import dry_run, end_launches, expected_line, launch_seconds
+from tuner.orchestration.dryrun import dry_run, end_launches, expected_line, launch_seconds, trial_timeout_line
 from tuner.orchestration.validate import measure_reference, race, revalidate
 from tuner.results.confirmation import describe as describe_confirmation
 from tuner.results.confirmation import describe_answer
@@ -172,6 +172,8 @@ def _run_locked(config: RunConfig, study: optuna.Study, run_dir: RunDir, lock: S
     adapter = engines.get(space.engine)
     installed = adapter.installed()[0] is not None
     say(expected_line(space, budget=config.trials, max_parallel=config.max_parallel, installed=installed))  # before the install
+    if (short := trial_timeout_line(space)) is not None:
+        say(short)
     adapter.provision(events.progress)
     deadline = _deadline(config, began, say)
     if config.ray_address is None and (warning := busy.describe(busy.busy_cores(trial_cores(config.space)))):

@@ -20,7 +20,7 @@ from tuner.space import SearchSpace, suggest, violated_constraints
 from tuner.trials import enqueue
 from tuner.trials.study import make_sampler
 
-__all__ = ["dry_run", "estimate_line", "expected_line"]
+__all__ = ["dry_run", "estimate_line", "expected_line", "trial_timeout_line"]
 
 
 def dry_run(
@@ -77,6 +77,8 @@ def dry_run(
             f"  {command.shell_line()}",
         ]
     lines += _open_loop_ceiling(space, partition)
+    if (short := trial_timeout_line(space)) is not None:
+        lines.append(short)
     lines.append(estimate_line(space, budget=budget, timeout=timeout, max_parallel=max_parallel))
     lines.append(expected_line(space, budget=budget, max_parallel=max_parallel, installed=executable is not None))
     return lines
@@ -116,11 +118,38 @@ def expected_line(space: SearchSpace, *, budget: int, max_parallel: int, install
     return line
 
 
+def trial_timeout_line(space: SearchSpace) -> str | None:
+    """A note where ``budget.trial_timeout`` is shorter than the longest trial the space plans:
+    its start, every load and SLO level, and every hold the SLO search may run (``holds``: the
+    level above the answer is held too where it broke in a short window), at their longest; the
+    recall ladder left out. None where it fits or there is no limit."""
+    limit, slo = space.budget.trial_timeout, space.probes.slo
+    start, per_trial, _ = _trial_seconds(space)
+    level = _level_seconds(space)
+    hold = (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0
+    holds = slo.holds if slo is not None and hold else 0
+    longest = per_trial + (slo.max_levels * level + holds * hold if slo is not None else 0.0)
+    if limit is None or limit >= longest:
+        return None
+    held = f", {holds} holds of up to {format_duration(hold)}" if holds else ""
+    levels = f", {slo.max_levels} SLO levels" if slo is not None else ""
+    return (
+        f"note: budget.trial_timeout {format_duration(limit)} is shorter than the longest trial this space plans "
+        f"(~{format_duration(longest)}: start ~{start:.0f}s, load levels{levels}{held}): a trial that needs them all "
+        "is cut at the limit and recorded as timed out, with its evidence"
+    )
+
+
+def _level_seconds(space: SearchSpace) -> float:
+    load = space.probes.load
+    return (load.max_duration + 5.0) if load is not None else 20.0
+
+
 def _trial_seconds(space: SearchSpace) -> tuple[float, float, float]:
     """(a start, a trial's start and load levels, that plus every SLO level and hold it may run) in seconds."""
     start = engines.get(space.engine).typical_start_s
     load, slo = space.probes.load, space.probes.slo
-    level = (load.max_duration + 5.0) if load is not None else 20.0
+    level = _level_seconds(space)
     per_trial = start + (len(load.concurrency) * level if load is not None else 0.0)
     holds = (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0  # the answer's hold, at its longest
     return start, per_trial, per_trial + (slo.max_levels * level + holds if slo is not None else 0.0)
