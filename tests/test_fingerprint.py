@@ -121,3 +121,24 @@ def test_a_front_of_trials_on_unlike_hosts_is_said_so_in_status_and_the_report(
     assert "warning: trials 0 and 8 ran on unlike hosts (a core's Python speed 12.0 vs 25.0 ms a loop (0.48 x))" in out
     assert tune_here("report", "--study", name) == 0
     assert "warning: trials 0 and 8 ran on unlike hosts" in (runs / "report.md").read_text()
+
+
+def test_the_device_check_says_whether_this_host_is_like_a_stored_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/same_host.py, run before device time goes into a run that only counts on the host of
+    a stored figure: alike (exit 0), unlike with the difference named (1), unreadable (2). The stored
+    calibration is left out of the alike case: on a shared machine two calibrations may differ."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("same_host", ROOT / "scripts" / "same_host.py")
+    assert spec is not None and spec.loader is not None
+    same_host = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(same_host)
+    here = fingerprint.this_host((), (), calibration=False).to_dict()
+    stored = tmp_path / "host.json"
+    stored.write_text(json.dumps({**here, "name": "another-name"}))
+    assert same_host.main([str(stored)]) == 0 and capsys.readouterr().out.splitlines()[-1] == "alike"
+    stored.write_text(json.dumps({**here, "cpu": "Some Other CPU"}))
+    assert same_host.main([str(stored)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("unlike: CPU Some Other CPU vs ")
+    stored.write_text("{not json")
+    assert same_host.main([str(stored)]) == 2
