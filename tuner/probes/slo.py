@@ -332,9 +332,9 @@ class Search:
         summary = self.levels.get(level)
         if summary is None or not self.broken.get(level) or level in self.client_bound:
             return False
-        latencies = [n for n in ("ttft_p99", "itl_p99", "tpot_p99") if getattr(self.targets, n) is not None]
         return (
-            all(summary.get(n) is not None for n in latencies) and (summary.get("error_rate") or 0.0) <= self.targets.error_rate
+            all(summary.get(n) is not None for n in self.targets.latencies)
+            and (summary.get("error_rate") or 0.0) <= self.targets.error_rate
         )
 
     def figures(self, level: float) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from tuner.results.pareto import StudyFront
 from tuner.trials import StudyRecord, TrialRecord
 
 if TYPE_CHECKING:
-    pass
+    from tuner.space.schema import SloTargets
 
 __all__ = [
     "concurrency_html",
@@ -274,13 +274,13 @@ def importance_html(record: StudyRecord, target_index: int, target_name: str) ->
     return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id="importance"))
 
 
-def slo_html(study_trials: Sequence[TrialRecord], targets: Any, *, rate: bool = False) -> str | None:
+def slo_html(study_trials: Sequence[TrialRecord], targets: SloTargets, *, rate: bool = False) -> str | None:
     """Each trial's p99 latencies against load (the SLO probe's levels: clients, or requests/s
     with ``rate``), the SLO as dashed lines; None when no trial ran the SLO probe."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    names = [n for n in ("ttft_p99", "itl_p99", "tpot_p99") if getattr(targets, n, None) is not None]
+    names = targets.latencies
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=[f"{n} (s)" for n in names])
     for t in study_trials:
         levels = sorted(((float(c), v) for c, v in levels_in(t.slo).items()), key=lambda cv: cv[0])

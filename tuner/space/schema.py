@@ -306,6 +306,11 @@ class SloTargets(_Strict):
             raise ValueError("an slo needs at least one of ttft_p99, itl_p99, tpot_p99 (seconds)")
         return self
 
+    @property
+    def latencies(self) -> tuple[str, ...]:
+        """The latency targets set (of ``ttft_p99``, ``itl_p99``, ``tpot_p99``), in that order."""
+        return tuple(n for n in ("ttft_p99", "itl_p99", "tpot_p99") if getattr(self, n) is not None)
+
     def violated(self, level: Mapping[str, Any]) -> list[str]:
         """The targets a load level's figures break (``"ttft_p99 1.31 > 1"``); empty: it holds them all.
         A latency the level could not measure (no request finished) breaks its target, and so does a
@@ -315,10 +320,8 @@ class SloTargets(_Strict):
         a ``decisive`` level (one that makes an answer: the hold, a confirmation) on its growth's
         estimate, a search level only where its whole interval lies above (shown to grow)."""
         broken = []
-        for name in ("ttft_p99", "itl_p99", "tpot_p99"):
+        for name in self.latencies:
             bound = getattr(self, name)
-            if bound is None:
-                continue
             value = level.get(name)
             if name == "ttft_p99" and (censored := level.get("ttft_p99_censored")) is not None and censored > bound:
                 broken.append(f"ttft_p99 >= {censored:.3g} > {bound:g} ({level.get('waiting', 0)} still waiting)")
