@@ -124,14 +124,11 @@ def trial_timeout_line(space: SearchSpace) -> str | None:
     level above the answer is held too where it broke in a short window), at their longest; the
     recall ladder left out. None where it fits or there is no limit."""
     limit, slo = space.budget.trial_timeout, space.probes.slo
-    start, per_trial, _ = _trial_seconds(space)
-    level = _level_seconds(space)
-    hold = (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0
-    holds = slo.holds if slo is not None and hold else 0
-    longest = per_trial + (slo.max_levels * level + holds * hold if slo is not None else 0.0)
+    holds = slo.holds if slo is not None and _hold_seconds(space) else 0
+    start, _, longest = _trial_seconds(space, holds=holds)
     if limit is None or limit >= longest:
         return None
-    held = f", {holds} holds of up to {format_duration(hold)}" if holds else ""
+    held = f", {holds} holds of up to {format_duration(_hold_seconds(space))}" if holds else ""
     levels = f", {slo.max_levels} SLO levels" if slo is not None else ""
     return (
         f"note: budget.trial_timeout {format_duration(limit)} is shorter than the longest trial this space plans "
@@ -140,19 +137,20 @@ def trial_timeout_line(space: SearchSpace) -> str | None:
     )
 
 
-def _level_seconds(space: SearchSpace) -> float:
-    load = space.probes.load
-    return (load.max_duration + 5.0) if load is not None else 20.0
+def _hold_seconds(space: SearchSpace) -> float:
+    """One SLO hold at its longest (0: none)."""
+    slo = space.probes.slo
+    return (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0
 
 
-def _trial_seconds(space: SearchSpace) -> tuple[float, float, float]:
-    """(a start, a trial's start and load levels, that plus every SLO level and hold it may run) in seconds."""
+def _trial_seconds(space: SearchSpace, *, holds: int = 1) -> tuple[float, float, float]:
+    """(a start, a trial's start and load levels, that plus every SLO level and ``holds`` holds
+    at their longest: the answer's alone by default) in seconds."""
     start = engines.get(space.engine).typical_start_s
     load, slo = space.probes.load, space.probes.slo
-    level = _level_seconds(space)
+    level = (load.max_duration + 5.0) if load is not None else 20.0
     per_trial = start + (len(load.concurrency) * level if load is not None else 0.0)
-    holds = (slo.hold_max or slo.hold or 0.0) if slo is not None else 0.0  # the answer's hold, at its longest
-    return start, per_trial, per_trial + (slo.max_levels * level + holds if slo is not None else 0.0)
+    return start, per_trial, per_trial + (slo.max_levels * level + holds * _hold_seconds(space) if slo is not None else 0.0)
 
 
 def launch_seconds(space: SearchSpace) -> float:
