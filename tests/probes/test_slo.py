@@ -259,25 +259,27 @@ def _even_seed(rate: float, seconds: float = 8.0) -> int:
 ITL_BOUND = SloTargets(ttft_p99=1.0, itl_p99=0.05)
 
 
+def _figures(rate: float, window: float, *, itl: float, growth: float, error_rate: float = 0.0) -> dict[str, Any]:
+    """An open-loop level's figures at ``rate`` over ``window`` seconds (TTFT p99 0.1 s, a 7-minute horizon)."""
+    return {
+        "ttft_p99": 0.1, "itl_p99": itl, "error_rate": error_rate, "output_tok_s": 100 * rate, "window_s": window,
+        "growth": growth, "growth_ci": 0.5, "completion_rate": rate, "horizon_s": 420.0,
+    }  # fmt: skip
+
+
 def _growth_server(calls: list[tuple[str, float]], holds_at: float) -> tuple[Any, Any]:
     """A server whose latencies hold up to 31 requests/s (ITL p99 breaks above), whose 10-s levels
     from 28 up read a growing queue (one stall at a window's end), and whose holds at or below
     ``holds_at`` read it flat (the stall averaged out)."""
 
-    def figures(rate: float, window: float, growth: float) -> dict[str, Any]:
-        itl = 0.03 if rate <= 31 else 0.09
-        return {
-            "ttft_p99": 0.1, "itl_p99": itl, "error_rate": 0.0, "output_tok_s": 100 * rate, "window_s": window,
-            "growth": growth, "growth_ci": 0.5, "completion_rate": rate, "horizon_s": 420.0,
-        }  # fmt: skip
-
     async def measure(rate: float) -> dict[str, Any]:
         calls.append(("level", rate))
-        return figures(rate, 10.0, 1.0 if rate >= 28 else 0.0)
+        return _figures(rate, 10.0, itl=0.03 if rate <= 31 else 0.09, growth=1.0 if rate >= 28 else 0.0)
 
     async def hold(rate: float) -> dict[str, Any]:
         calls.append(("hold", rate))
-        return {**figures(rate, 120.0, 0.0 if rate <= holds_at else 0.5), "decisive": True}
+        growth = 0.0 if rate <= holds_at else 0.5
+        return {**_figures(rate, 120.0, itl=0.03 if rate <= 31 else 0.09, growth=growth), "decisive": True}
 
     return measure, hold
 
@@ -309,10 +311,7 @@ def _latency_server(calls: list[tuple[str, float]], stall_to: float, error_from:
     fail from ``error_from``."""
 
     def figures(rate: float, window: float, itl: float) -> dict[str, Any]:
-        return {
-            "ttft_p99": 0.1, "itl_p99": itl, "error_rate": 0.01 if rate >= error_from else 0.0, "output_tok_s": 100 * rate,
-            "window_s": window, "growth": 0.0, "growth_ci": 0.5, "completion_rate": rate, "horizon_s": 420.0,
-        }  # fmt: skip
+        return _figures(rate, window, itl=itl, growth=0.0, error_rate=0.01 if rate >= error_from else 0.0)
 
     async def measure(rate: float) -> dict[str, Any]:
         calls.append(("level", rate))
