@@ -146,7 +146,8 @@ def test_an_agentic_trace_is_read_as_sessions_at_its_prompt_lengths_and_a_cut_hi
         [_turn(100), _turn(100 + 30 + 25), {"messages": []}, _turn(40), _turn(40 + 30 + 5)],
         [_turn(60)],
     ])  # fmt: skip
-    assert read_agentic(path) == ((100, 155, 40, 75), (60,))
+    assert [c.prompts for c in read_agentic(path)] == [(100, 155, 40, 75), (60,)]
+    assert {c.system for c in read_agentic(path)} == {None}  # no system message: nothing shared
     work = Workload(WorkloadSpec.model_validate({"agentic": str(path), "output": 30, "think": 2}))
     one = work.session(0)
     assert [t.prompt_tokens for t in one.turns] == [100, 155, 40, 75] and {t.output for t in one.turns} == {30}
@@ -157,6 +158,39 @@ def test_an_agentic_trace_is_read_as_sessions_at_its_prompt_lengths_and_a_cut_hi
     found = agentic_stats(read_agentic(path), 30)
     assert found["conversations"] == 2 and found["requests"] == 5
     assert found["reusable_share"] == pytest.approx((100 + 40) / (100 + 155 + 40 + 75 + 60))  # resent prompts
+
+
+def _opening(tokens: int, system: str, user: str) -> dict:
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}], "prompt_tokens": tokens}
+
+
+def test_conversations_that_open_with_one_system_prompt_share_it_and_a_cut_history_keeps_it(tmp_path: Path) -> None:
+    """An agent's system prompt is the same text in every conversation, so an engine serves it from
+    its cache across conversations: equal opening system messages are one segment, its tokens the
+    first prompt's in the share of the first turn's characters they hold (a content given as parts
+    counts its parts' text); another system text is another segment; a history cut below the system
+    prompt's length starts with it again. The stats count it reusable where an earlier prompt sent it."""
+    agent = "You are a coding agent. " * 30  # 720 characters
+    parts = [{"type": "text", "text": agent[:300]}, {"type": "text", "text": agent[300:]}]
+    path = _agentic(tmp_path / "a.json", [
+        [_opening(1000, agent, "x" * 80), _turn(1000 + 30 + 50), _turn(950)],  # 950 < 1080 + 30: cut
+        [{"messages": [{"role": "system", "content": parts}, {"role": "user", "content": "y" * 80}], "prompt_tokens": 1000}],
+        [_opening(500, "another agent", "z" * 13)],
+        [_turn(70)],
+    ])  # fmt: skip
+    one, two, other, bare = read_agentic(path)
+    assert one.system == two.system and one.system_tokens == two.system_tokens == 900  # 1,000 x 720 / 800
+    assert other.system not in (None, one.system) and other.system_tokens == 250 and bare.system is None
+    work = Workload(WorkloadSpec.model_validate({"agentic": str(path), "output": 30}))
+    s0, s1, s2, s3 = (work.session(i) for i in range(4))
+    shared = s0.turns[0].segments[0]
+    assert shared.tokens == 900 and s1.turns[0].segments[0] == shared and s2.turns[0].segments[0] != shared
+    assert [t.prompt_tokens for t in s0.turns] == [1000, 1080, 950] and s1.turns[0].prompt_tokens == 1000
+    assert s0.turns[2].segments[0] == shared and s0.turns[2].segments[1].tokens == 50  # cut: the system prompt, then new
+    assert len(s3.turns[0].segments) == 1 and s3.turns[0].prompt_tokens == 70
+    found = agentic_stats(read_agentic(path), 30)
+    assert found["systems"] == 2 and found["with_system"] == 3
+    assert found["reusable_share"] == pytest.approx((1000 + 900 + 900) / (1000 + 1080 + 950 + 1000 + 500 + 70))
 
 
 @pytest.mark.parametrize(
@@ -280,6 +314,12 @@ def test_tune_workload_stats_reads_an_agentic_trace(tmp_path: Path, capsys: pyte
     assert tune_here("workload", "stats", str(path), "--output", "50") == 0
     out = capsys.readouterr().out
     assert "2 conversations, 4 turns" in out and "reuse: 18.8% of 1,600 prompt tokens" in out, out
+    assert "system prompts" not in out, out
+    path = _agentic(tmp_path / "c.json", [[_opening(100, "s" * 60, "u" * 40)], [_opening(200, "s" * 60, "v" * 140)]])
+    assert tune_here("workload", "stats", str(path)) == 0
+    out = capsys.readouterr().out
+    assert "system prompts: 2 conversations open with one of 1 (~60 tokens" in out, out
+    assert "reuse: 20.0% of 300 prompt tokens" in out, out  # the second conversation's 60
     (tmp_path / "b.json").write_text('{"conversations": [[{"messages": [1]}]]}')
     assert tune_here("workload", "stats", str(tmp_path / "b.json")) == 2
     said = capsys.readouterr()

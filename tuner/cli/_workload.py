@@ -44,7 +44,12 @@ def _agentic(path: str, output: int) -> None:
     echo(f"{path}: {found['conversations']:,} conversations, {found['requests']:,} turns (an agentic trace, read as sessions)")
     echo(f"  turns per conversation: mean {t['mean']:,.1f}, p50 {t['p50']:,.0f}, p90 {t['p90']:,.0f}, p99 {t['p99']:,.0f}")
     echo(f"  prompt tokens: mean {d['mean']:,.1f}, p50 {d['p50']:,.0f}, p90 {d['p90']:,.0f}, p99 {d['p99']:,.0f}")
+    if found["systems"]:
+        echo(
+            f"  system prompts: {found['with_system']:,} conversations open with one of {found['systems']:,} "
+            f"(~{found['system_tokens']:,.0f} tokens on average, estimated by their share of the first turn's text)"
+        )
     echo(
         f"  reuse: {found['reusable_share']:.1%} of {found['prompt_tokens']:,} prompt tokens resent from the turn "
-        f"before (answers of {output:,} tokens, resent as new text)"
+        f"before or a system prompt sent before (answers of {output:,} tokens, resent as new text)"
     )

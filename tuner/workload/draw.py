@@ -6,7 +6,8 @@ prefix of it), so what requests share, and only that, an engine's prefix cache c
 ``r<i>`` a fresh prompt (never seen again), ``t<class>.<pass>.<hash id>`` a trace block (each
 pass over a trace its own ids: a second pass reuses what the trace reuses, not the first pass),
 ``s<i>.u<k>``/``s<i>.a<k>`` session ``i``'s turn-``k`` user text and answer, ``sys<class>`` a
-sessions class's system prompt. A session resends its answers as text the tool wrote (the
+sessions class's system prompt, ``sys<class>.<digest>`` an agentic trace's system prompt (every
+conversation that opens with the same text). A session resends its answers as text the tool wrote (the
 engine's own reply is not read back): the cache serves the history up to the last turn's prompt,
 the last answer's tokens are prefilled again, as a client that edits the reply would make it.
 
@@ -24,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.workload.agentic import read_agentic
+from tuner.workload.agentic import Conversation, read_agentic
 from tuner.workload.spec import AgenticClass, Dist, LengthsClass, SessionsClass, TraceClass, WorkloadSpec
 from tuner.workload.trace import TraceRow, read_trace
 
@@ -163,7 +164,7 @@ class Workload:
             return self._trace_session(i, c, n, kind)
         if isinstance(kind, AgenticClass):
             conversations = self._agentic[c]
-            return _agentic(i, kind, conversations[n % len(conversations)], rng)
+            return _agentic(i, c, kind, conversations[n % len(conversations)], rng)
         return _conversation(i, c, kind, rng)
 
     def _trace_session(self, i: int, c: int, n: int, kind: TraceClass) -> Session:
@@ -218,15 +219,18 @@ def _conversation(i: int, c: int, kind: SessionsClass, rng: random.Random) -> Se
     return Session(i, "sessions", tuple(made))
 
 
-def _agentic(i: int, kind: AgenticClass, prompts: Sequence[int], rng: random.Random) -> Session:
+def _agentic(i: int, c: int, kind: AgenticClass, conversation: Conversation, rng: random.Random) -> Session:
     """A conversation of an agentic trace: each turn's prompt the trace's length, its new tokens
-    what the history before it does not cover; a prompt shorter than that history starts it again."""
-    history: list[Segment] = []
+    what the history before it does not cover; a prompt shorter than that history starts it again,
+    from the conversation's system prompt where the prompt is longer than that."""
+    system = [Segment(f"sys{c}.{conversation.system}", conversation.system_tokens)] if conversation.system else []
+    history: list[Segment] = list(system)
     made = []
-    for k, prompt in enumerate(prompts[: min(MAX_TURNS, kind.max_turns or MAX_TURNS)]):
+    for k, prompt in enumerate(conversation.prompts[: min(MAX_TURNS, kind.max_turns or MAX_TURNS)]):
         new = prompt - sum(s.tokens for s in history)
-        if new < 1:  # the agent cut its history: this turn's prompt is all new
-            history, new = [], prompt
+        if new < 1:  # the agent cut its history: this turn's prompt is new after its system prompt
+            history = list(system) if prompt > conversation.system_tokens else []
+            new = prompt - sum(s.tokens for s in history)
         user = Segment(f"s{i}.u{k}", new)
         output = _tokens(kind.output, rng)
         think = max(0.0, draw(kind.think, rng)) if k else 0.0

@@ -229,7 +229,7 @@ class AgenticClass(_Strict):
     think: Dist = Field(default_factory=lambda: Dist(fixed=0.0))
     max_turns: int | None = Field(None, ge=1)
     sha256: str | None = None
-    stats: dict[str, float] | None = None  # conversations, turns, prompt mean, reusable share
+    stats: dict[str, float] | None = None  # conversations, turns, prompt mean, reusable share, system prompts
 
     @model_validator(mode="after")
     def _positive(self) -> AgenticClass:
@@ -242,7 +242,7 @@ class AgenticClass(_Strict):
 
         low, high = self.output.bounds()
         found = agentic_stats(read_agentic(self.agentic), high if math.isfinite(high) else low)
-        stats = {k: float(found[k]) for k in ("conversations", "requests", "reusable_share")} | {
+        stats = {k: float(found[k]) for k in ("conversations", "requests", "reusable_share", "systems")} | {
             "prompt_mean": found["prompt"]["mean"]
         }
         return self.model_copy(update={"sha256": _sha256(self.agentic), "stats": stats})
@@ -252,7 +252,9 @@ class AgenticClass(_Strict):
         if s := self.stats:
             said += (
                 f" ({s['conversations']:,.0f} conversations, {s['requests']:,.0f} turns, prompts {s['prompt_mean']:,.0f} "
-                f"tokens on average, {s['reusable_share']:.0%} resent from the turn before)"
+                f"tokens on average, {s['reusable_share']:.0%} resent from the turn before"
+                + (f" or a system prompt sent before, {s['systems']:,.0f} of them" if s.get("systems") else "")
+                + ")"
             )
         said += f", {self.output.describe()} out per turn"
         return said + (f", sha256 {self.sha256[:12]}" if self.sha256 else "")
