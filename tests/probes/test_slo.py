@@ -381,3 +381,69 @@ def test_a_level_where_requests_failed_is_not_held_again() -> None:
     measure, hold = _latency_server(calls, stall_to=40, error_from=32)
     found = asyncio.run(search_rate(measure, ITL_BOUND, SloProbeSpec(mode="rate", start_rate=32, max_levels=8), hold=hold))
     assert [c for c in calls if c[0] == "hold"] == [("hold", 30)] and found.answer == 30 and found.broke == 32
+
+
+def test_the_slower_h100_search_holds_a_resolution_below_a_broken_hold_and_stops_when_none_is_left() -> None:
+    """The committed tune on an H100 host whose cores ran Python at 0.47x the sixth session's
+    (docs/goodput.md, seventh session; SGLang 0.5.17, the same space): 48 and 52 requests/s held
+    their 10-s levels and broke over a minute (the engine fell to 36-40 completions/s), 56's hold
+    broke too, and the three holds (56, 52, 48) were spent with none held: no answer, the levels
+    measured after the last hold (40, 44) wasted. Replayed now: after 52's hold breaks, the search
+    stays under 46.8 (a resolution below it), so the third hold goes to a level the short windows
+    found there (levels not stored are read as 40's: held), not to 48 a short window had read as
+    held."""
+    import optuna
+
+    from tests.conftest import ROOT
+
+    data = ROOT / "docs" / "data" / "goodput" / "h100-sglang-2026-12-06f"
+    study = optuna.load_study(study_name="h200-sglang-goodput-rate", storage=f"sqlite:///{data / 'tune' / 'study.db'}")
+    stored = study.trials[0].user_attrs["slo"]
+    assert study.trials[0].user_attrs["host"]["loop_ms"] > 2 * 15.28  # the sixth session's host: 15.28 ms
+    calls: list[tuple[str, float]] = []
+
+    async def measure(rate: float) -> dict[str, Any]:
+        calls.append(("level", rate))
+        return dict(stored["levels"].get(f"{rate:g}", stored["levels"]["40"]))
+
+    class Unmeasured(Exception):
+        pass
+
+    async def hold(rate: float) -> dict[str, Any]:
+        calls.append(("hold", rate))
+        if f"{rate:g}" not in stored["holds"]:
+            raise Unmeasured
+        return dict(stored["holds"][f"{rate:g}"])
+
+    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180)
+    with pytest.raises(Unmeasured):
+        asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0, itl_p99=0.05), spec, hold=hold))
+    assert calls[:7] == [*(("level", r) for r in (32, 64, 48, 56, 52)), ("hold", 56), ("hold", 52)]
+    kind, third = calls[-1]
+    assert kind == "hold" and 52 * 0.9 * 0.9 <= third < 52 * 0.9 and all(r < 52 * 0.9 for _, r in calls[7:])
+
+    stored["holds"]["43.1"] = stored["holds"]["48"]  # had the third hold broken too: no answer, and nothing after it
+    calls.clear()
+    found = asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0, itl_p99=0.05), spec, hold=hold))
+    assert calls[-1] == ("hold", third) and found.answer == 0
+    assert found.stop_reason.endswith("3 hold(s) spent, none held: no answer")
+
+
+def test_a_closed_loop_hold_that_breaks_sends_the_search_a_resolution_below_it() -> None:
+    """Clients: the short levels read up to 39 as held, holds break from 37. 40 broke short and
+    its hold broke; 38's hold broke, so the search stays under 38 - 3 (its resolution, 10 %): the
+    next hold is 34, not 36 a short level had read as held right under 38."""
+    calls: list[tuple[str, int]] = []
+
+    async def measure(clients: int) -> dict[str, Any]:
+        calls.append(("level", clients))
+        return {"ttft_p99": 0.1 if clients < 40 else 2.0, "itl_p99": 0.01, "error_rate": 0.0, "output_tok_s": 10.0 * clients}
+
+    async def hold(clients: float) -> dict[str, Any]:
+        calls.append(("hold", int(clients)))
+        return {"ttft_p99": 0.1 if clients <= 36 else 2.0, "itl_p99": 0.01, "error_rate": 0.0, "window_s": 60.0}
+
+    spec = SloProbeSpec(start=8, resolution=0.1, max_levels=12)
+    found = asyncio.run(search(measure, TARGETS, spec, 1000, {}, hold=hold))
+    assert [c for kind, c in calls if kind == "hold"] == [40, 38, 34] and found.answer == 34, calls
+    assert found.stop_reason.startswith("bracketed: 34 clients hold the SLO, the search stays under 36, a resolution below 38")

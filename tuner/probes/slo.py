@@ -15,7 +15,9 @@ probe's workload and steady-state windows (a level here is exactly a load-probe 
 never more than ``max_levels`` levels measured here; 4. hold: the level the search found runs
 once more on the same server for ``hold`` seconds (extended up to ``hold_max`` while an open
 loop's growth is undecided: :data:`tuner.probes.load.Window`); one that does not hold counts as
-broken and the search goes on below it, at most ``holds`` times. Before it, the level above that
+broken and the search goes on a resolution below it (a short level right under a broken hold is no
+evidence: its own short level had held too), at most ``holds`` times; after the last, no level runs
+and there is no answer. Before it, the level above that
 broke on its queue's growth or a latency percentile, no request failed, is held too: the answer
 must hold each minute of its confirmation, and a 10-s window reads one stall of the engine as a
 growing queue or a p99 over its target (on the H200, SGLang's own bench held 1.15 x an answer whose
@@ -291,7 +293,11 @@ class Search:
     level whose verdict is the client's (:func:`~tuner.probes.load.client_verdict`: its senders
     fell short of the schedule, or ran late where it broke) is neither, and the search goes no
     higher. ``holds``: the hold levels run (a level whose hold broke counts as broken);
-    ``answer``: ``held`` where no hold is asked for, else the largest level whose hold held."""
+    ``answer``: ``held`` where no hold is asked for, else the largest level whose hold held.
+    ``reach``: where the answer's hold broke at a level, the search stays a resolution below it
+    (levels under ``reach``; ``reach_from``: that level): near it a short level held where its hold
+    then broke (SGLang on a slower host: 48 and 52 requests/s held 10 s and broke over a minute),
+    so the next hold goes a full step down instead of to the level the short window found next."""
 
     def __init__(self, targets: SloTargets, known: Mapping[float, dict[str, Any]]) -> None:
         self.targets = targets
@@ -303,6 +309,8 @@ class Search:
         self.hold_asked = False
         self.notes: list[str] = []  # what each hold found, for the stop reason
         self.stop_reason = ""
+        self.reach: float | None = None
+        self.reach_from: float | None = None
         for level, summary in known.items():
             self.add(level, summary)
 
@@ -360,20 +368,22 @@ class Search:
 
     @property
     def ceiling(self) -> float | None:
-        """The lowest level that broke the SLO or could not be sent: the search stays below it."""
-        tops = [lv for lv in (self.broke, min(self.client_bound, default=None)) if lv is not None]
+        """The lowest level that broke the SLO or could not be sent, or the ``reach`` a broken
+        hold left: the search stays below it."""
+        tops = [lv for lv in (self.broke, min(self.client_bound, default=None), self.reach) if lv is not None]
         return min(tops) if tops else None
 
 
 Hold = Callable[[float], Awaitable[dict[str, Any]]]
 
 
-async def _held(found: Search, hold: Hold | None, most: int, unit: str) -> bool:
+async def _held(found: Search, hold: Hold | None, most: int, unit: str, below: Callable[[float], float]) -> bool:
     """Hold the level the search found (True: the answer stands: it held, there is none, no hold
-    is asked for, or the hold budget is spent; False: its hold broke and the search goes on below).
-    First, where the level above it broke on its growth or a latency percentile alone
-    (:meth:`Search.short_break`), that level is held: one that holds is no break (False: the search
-    goes on above it). What each hold found is added to the stop reason."""
+    is asked for, or the hold budget is spent; False: its hold broke and the search goes on below
+    ``below(level)``, the search's resolution under it: :attr:`Search.reach`). First, where the
+    level above it broke on its growth or a latency percentile alone (:meth:`Search.short_break`),
+    that level is held: one that holds is no break (False: the search goes on above it). What each
+    hold found is added to the stop reason."""
     if hold is None or not found.held:
         found.stop_reason += "".join(found.notes)
         return True
@@ -398,6 +408,13 @@ async def _held(found: Search, hold: Hold | None, most: int, unit: str) -> bool:
     found.notes.append(
         f"; {level:g} {unit} did not hold {found.holds[level].get('window_s') or 0:.0f}s ({'; '.join(found.hold_broken[level])})"
     )
+    if len(found.holds) >= most:  # no hold left for a level below: stop here, no answer
+        found.stop_reason += "".join(found.notes) + f"; {most} hold(s) spent, none held: no answer"
+        return True
+    if level not in found.client_bound:
+        reach = below(level)
+        if found.reach is None or reach < found.reach:
+            found.reach, found.reach_from = reach, level
     return False
 
 
@@ -427,7 +444,7 @@ async def search(
 
     while True:
         await _closed_search(found, run, spent, spec, bound, bound_from)
-        if await _held(found, hold, spec.holds, "clients"):
+        if await _held(found, hold, spec.holds, "clients", lambda lv: lv - max(1, int(spec.resolution * lv)) + 1):
             return found
 
 
@@ -451,12 +468,12 @@ async def _closed_search(
             break
         await run(level)
     while found.broke is not None:  # bisect between the largest level that holds and the smallest that breaks
-        low, high = found.held, found.broke
+        low, high = found.held, min(found.broke, found.reach if found.reach is not None else found.broke)
         if high == 1:
             found.stop_reason = "even 1 client breaks the SLO"
             return
         if high - low <= max(1, int(spec.resolution * low)):
-            found.stop_reason = f"bracketed: {low:.0f} clients hold the SLO, {high:.0f} break it"
+            found.stop_reason = f"bracketed: {low:.0f} clients hold the SLO, {_above(found, high, '.0f')}"
             return
         if spent():
             break
@@ -487,7 +504,7 @@ async def search_rate(
 
     while True:
         await _rate_search(found, run, spent, spec)
-        if await _held(found, hold, spec.holds, "requests/s"):
+        if await _held(found, hold, spec.holds, "requests/s", lambda lv: lv * (1 - (spec.resolution or 0.1))):
             return found
 
 
@@ -523,8 +540,11 @@ async def _rate_search(
     )
 
 
-def _above(found: Search, high: float) -> str:
-    """What stopped the search at ``high``: the server (a break) or the client (a shortfall)."""
+def _above(found: Search, high: float, form: str = ".3g") -> str:
+    """What stopped the search at ``high``: the server (a break), the client (a shortfall), or a
+    hold that broke a resolution above (:attr:`Search.reach`)."""
     if high in found.client_bound:
-        return f"{high:.3g} could not be sent ({found.client_bound[high]}): the server's own limit may lie higher"
-    return f"{high:.3g} break it"
+        return f"{high:{form}} could not be sent ({found.client_bound[high]}): the server's own limit may lie higher"
+    if high == found.reach and not found.broken.get(high):
+        return f"the search stays under {high:{form}}, a resolution below {found.reach_from:g}, whose hold broke"
+    return f"{high:{form}} break it"

@@ -375,8 +375,9 @@ class SloProbeSpec(_ProbeSpec):
     Before a level becomes the answer it holds once more on the same server for ``hold`` seconds
     (default: 60 on GPU spaces, 0 = off on CPU ones, set when the space loads), extended up to
     ``hold_max`` (default 3 x ``hold``) while an open loop's growth is undecided; one that does
-    not hold counts as broken and the search goes on below it (at most ``holds`` such levels,
-    counting the level above the answer, held too where it broke only on growth or a latency).
+    not hold counts as broken and the search goes on a ``resolution`` below it (at most ``holds``
+    such levels, counting the level above the answer, held too where it broke only on growth or a
+    latency; after the last, no level runs and there is no answer).
     ``horizon``: how long an answer must hold (seconds; default: the space's
     ``remeasure.confirm``, else 10 minutes): an open-loop level breaks the SLO where its queue
     grows fast enough to break it within that long (:meth:`SloTargets.critical_growth`)."""
