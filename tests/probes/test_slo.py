@@ -429,6 +429,44 @@ def test_the_slower_h100_search_holds_a_resolution_below_a_broken_hold_and_stops
     assert found.stop_reason.endswith("3 hold(s) spent, none held: no answer")
 
 
+def test_a_hold_that_held_below_the_broken_ones_is_the_answer_and_the_stop_reason_says_so() -> None:
+    """The committed tune of the eighth session (docs/goodput.md; SGLang 0.5.17, the same space, an
+    H100 host): 32 requests/s broke its 10-s level on ITL p99 alone (60 ms > 50) and held 180 s;
+    64's and 48's holds broke with the third hold. The answer was 32, yet the stored stop reason
+    ended "3 hold(s) spent, none held: no answer". Replayed: the same calls, the answer 32, and a
+    stop reason that names it."""
+    import optuna
+
+    from tests.conftest import ROOT
+
+    data = ROOT / "docs" / "data" / "goodput" / "h100-sglang-2026-12-07"
+    study = optuna.load_study(study_name="h200-sglang-goodput-rate", storage=f"sqlite:///{data / 'tune' / 'study.db'}")
+    stored, metrics = study.trials[0].user_attrs["slo"], study.trials[0].user_attrs["metrics"]
+    assert stored["stop_reason"].endswith("3 hold(s) spent, none held: no answer") and metrics["slo.rate"] == 32
+    calls: list[tuple[str, float]] = []
+
+    async def measure(rate: float) -> dict[str, Any]:
+        calls.append(("level", rate))
+        return dict(stored["levels"][f"{rate:g}"])
+
+    async def hold(rate: float) -> dict[str, Any]:
+        calls.append(("hold", rate))
+        return dict(stored["holds"][f"{rate:g}"])
+
+    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180)
+    found = asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0, itl_p99=0.05), spec, hold=hold))
+    assert calls == [
+        *(("level", r) for r in (32, 16, 24, 28, 30)),
+        ("hold", 32),
+        ("level", 64),
+        ("level", 48),
+        ("hold", 64),
+        ("hold", 48),
+    ]
+    assert found.answer == 32 and found.broke == 48
+    assert found.stop_reason.endswith("; 3 hold(s) spent: 32 requests/s, whose hold held, is the answer"), found.stop_reason
+
+
 def test_a_closed_loop_hold_that_breaks_sends_the_search_a_resolution_below_it() -> None:
     """Clients: the short levels read up to 39 as held, holds break from 37. 40 broke short and
     its hold broke; 38's hold broke, so the search stays under 38 - 3 (its resolution, 10 %): the

@@ -398,7 +398,7 @@ async def _held(found: Search, hold: Hold | None, most: int, unit: str, below: C
         found.stop_reason += "".join(found.notes)
         return True
     if len(found.holds) >= most:
-        found.stop_reason += "".join(found.notes) + f"; {most} hold(s) spent, none held: no answer"
+        found.stop_reason += "".join(found.notes) + _spent(found, most, unit)
         return True
     level = found.held
     if found.add_hold(level, await hold(level)):
@@ -408,14 +408,22 @@ async def _held(found: Search, hold: Hold | None, most: int, unit: str, below: C
     found.notes.append(
         f"; {level:g} {unit} did not hold {found.holds[level].get('window_s') or 0:.0f}s ({'; '.join(found.hold_broken[level])})"
     )
-    if len(found.holds) >= most:  # no hold left for a level below: stop here, no answer
-        found.stop_reason += "".join(found.notes) + f"; {most} hold(s) spent, none held: no answer"
+    if len(found.holds) >= most:  # no hold left for a level below: stop here
+        found.stop_reason += "".join(found.notes) + _spent(found, most, unit)
         return True
     if level not in found.client_bound:
         reach = below(level)
         if found.reach is None or reach < found.reach:
             found.reach, found.reach_from = reach, level
     return False
+
+
+def _spent(found: Search, most: int, unit: str) -> str:
+    """The stop reason's end once the holds are spent: the answer where a level below the broken
+    holds held its own (its :attr:`Search.answer`), else none."""
+    if found.answer:
+        return f"; {most} hold(s) spent: {found.answer:g} {unit}, whose hold held, is the answer"
+    return f"; {most} hold(s) spent, none held: no answer"
 
 
 async def search(
