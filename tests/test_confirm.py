@@ -266,7 +266,7 @@ def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_comman
     assert found["host"]["name"] == study.trials[0].user_attrs["host"]["name"] == socket.gethostname()
     assert found["host"]["loop_ms"] > 0 and found["host"]["cpu"] == study.trials[0].user_attrs["host"]["cpu"]
     status = _tune(tmp_path, "status", "--study", "c")
-    assert "confirmed: held over 0 min at its SLO answer" in status.stdout and "confirmation of trial 0" in status.stdout
+    assert "confirmed: held over 0.1 min at its SLO answer" in status.stdout and "confirmation of trial 0" in status.stdout
     after = _tune(tmp_path, "export", "--study", "c", "--format", "json")
     assert "not confirmed" not in after.stderr and '"held": true' in after.stdout, after.stderr
     report = _tune(tmp_path, "report", "--study", "c")

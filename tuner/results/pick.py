@@ -73,7 +73,7 @@ class Candidate:
         if found := self.trial.confirmed:  # its long run at its SLO answer (tuner.orchestration.confirm)
             runs = found.get("runs") or ()
             verdict = "no result" if found.get("failure") and not runs else "held" if found.get("held") else "NOT held"
-            text += f"; confirmed: {verdict} over {found.get('seconds', 0.0) / 60:.0f} min at its SLO answer"
+            text += f"; confirmed: {verdict} over {round(found.get('seconds', 0.0) / 60, 1):g} min at its SLO answer"
             if uncorrected_failure(found) and len(runs) > 1:
                 text += f", nor at any step below it down to {describe_step(found, min(r.get('at', 0.0) for r in runs))}"
             if (kept := found.get("confirmed_answer")) and not found.get("held"):
