@@ -6,7 +6,13 @@ answer). Standard library only, so the first device call can run it before anyth
 
 Compares the CPU model, the GPUs and driver of the stored devices, and the calibration on the stored
 cores (within tuner.host.fingerprint.SPEED_RATIO); host names aside (device machines are all named
-alike). Prints both hosts; exit 0 where alike, 1 where not, 2 where the file is unreadable."""
+alike). Prints both hosts; exit 0 where alike, 1 where not, 2 where the file is unreadable.
+
+A core's loop read in a machine's first minute may be twice what it reads later (docs/goodput.md,
+eighth session: 30.4 ms at the first call, 16.6 ms in the tune on the same machine): where only
+the loop differs, read it again after the install. The loop does not settle it either: SGLang's own
+decode steps in a run's log (scripts/sglang_steps.py) told that machine from the sixth session's
+where the loop had not."""
 
 from __future__ import annotations
 
