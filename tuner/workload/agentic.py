@@ -44,6 +44,15 @@ class Conversation:
     system: str | None = None
     system_tokens: int = 0
 
+    def kept(self, prompt: float, history: float) -> float:
+        """The tokens of a turn's history (``history`` tokens sent before it) that its ``prompt``
+        resends: all of them where the prompt is longer; else (the agent cut or compacted its
+        history) the system prompt, where the prompt is longer than that; else none. The one rule
+        the replay (:mod:`tuner.workload.draw`) and :func:`agentic_stats` follow."""
+        if prompt > history:
+            return history
+        return float(self.system_tokens) if self.system and prompt > self.system_tokens else 0.0
+
 
 def read_agentic(path: str | Path) -> tuple[Conversation, ...]:
     """Each conversation's per-turn prompt tokens and system prompt, checked: one error naming the
@@ -137,10 +146,7 @@ def agentic_stats(conversations: Sequence[Conversation], output: float) -> dict[
         if c.system:
             seen.add(c.system)
         for before, now in itertools.pairwise(c.prompts):
-            if now > before + output:  # as the draw: a prompt no longer than its history cut it
-                reuse += before
-            elif c.system and now > c.system_tokens:  # a cut history starts again from the system prompt
-                reuse += c.system_tokens
+            reuse += min(c.kept(now, before + output), before)  # of the history, the answer is prefilled again
     opening = {c.system: c.system_tokens for c in conversations if c.system}
     return {
         "conversations": len(conversations),

@@ -227,10 +227,10 @@ def _agentic(i: int, c: int, kind: AgenticClass, conversation: Conversation, rng
     history: list[Segment] = list(system)
     made = []
     for k, prompt in enumerate(conversation.prompts[: min(MAX_TURNS, kind.max_turns or MAX_TURNS)]):
+        sent = sum(s.tokens for s in history)
+        if (kept := conversation.kept(prompt, sent)) < sent:  # the agent cut its history
+            history = list(system) if kept else []
         new = prompt - sum(s.tokens for s in history)
-        if new < 1:  # the agent cut its history: this turn's prompt is new after its system prompt
-            history = list(system) if prompt > conversation.system_tokens else []
-            new = prompt - sum(s.tokens for s in history)
         user = Segment(f"s{i}.u{k}", new)
         output = _tokens(kind.output, rng)
         think = max(0.0, draw(kind.think, rng)) if k else 0.0
