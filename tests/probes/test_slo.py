@@ -15,7 +15,7 @@ from tuner.base.level import Level, levels_in
 from tuner.base.records import ProbeResult
 from tuner.probes import LoadProbe, SloProbe
 from tuner.probes.load import short_of_schedule
-from tuner.probes.slo import search, search_rate
+from tuner.probes.slo import Search, search, search_rate
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
 
 TARGETS = SloTargets(ttft_p99=1.0, itl_p99=0.2)
@@ -342,6 +342,41 @@ def test_a_latency_break_whose_hold_breaks_too_bounds_the_answer() -> None:
     assert "32 requests/s broke in 10s (itl_p99 0.061 > 0.05) and did not hold 60s either" in found.stop_reason
 
 
+class _Unmeasured(Exception):
+    """A level or hold the committed tune never ran."""
+
+
+def _committed(session: str) -> tuple[Path, dict[str, Any]]:
+    """A committed SGLang tune's folder (docs/data/goodput/<session>) and its trial's stored attrs."""
+    import optuna
+
+    from tests.conftest import ROOT
+
+    data = ROOT / "docs" / "data" / "goodput" / session
+    study = optuna.load_study(study_name="h200-sglang-goodput-rate", storage=f"sqlite:///{data / 'tune' / 'study.db'}")
+    return data, study.trials[0].user_attrs
+
+
+def _replay(stored: dict[str, Any], calls: list[tuple[str, float]], unstored_level: str | None = None) -> Search:
+    """The committed tune's levels and holds replayed through the open-loop search (its space's
+    spec and SLO); a level it did not store reads as ``unstored_level``'s, a hold it did not run
+    raises :class:`_Unmeasured`."""
+
+    async def measure(rate: float) -> dict[str, Any]:
+        calls.append(("level", rate))
+        key = f"{rate:g}" if unstored_level is None or f"{rate:g}" in stored["levels"] else unstored_level
+        return dict(stored["levels"][key])
+
+    async def hold(rate: float) -> dict[str, Any]:
+        calls.append(("hold", rate))
+        if f"{rate:g}" not in stored["holds"]:
+            raise _Unmeasured(rate)
+        return dict(stored["holds"][f"{rate:g}"])
+
+    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180)
+    return asyncio.run(search_rate(measure, ITL_BOUND, spec, hold=hold))
+
+
 def test_the_h100_search_replays_to_80_with_88_the_server_s_break() -> None:
     """The committed H100 tune (docs/goodput.md, sixth session; SGLang 0.5.17): its levels and holds
     replayed through the search. 88/s broke in 10 s, its hold broke too (TTFT p99 11.3 s, 1,017
@@ -350,25 +385,9 @@ def test_the_h100_search_replays_to_80_with_88_the_server_s_break() -> None:
     SGLang's bench at 92/s broke (TTFT p99 76 s)."""
     import json
 
-    import optuna
-
-    from tests.conftest import ROOT
-
-    data = ROOT / "docs" / "data" / "goodput" / "h100-sglang-2026-12-06e"
-    study = optuna.load_study(study_name="h200-sglang-goodput-rate", storage=f"sqlite:///{data / 'tune' / 'study.db'}")
-    stored = study.trials[0].user_attrs["slo"]
+    data, attrs = _committed("h100-sglang-2026-12-06e")
     calls: list[tuple[str, float]] = []
-
-    async def measure(rate: float) -> dict[str, Any]:
-        calls.append(("level", rate))
-        return dict(stored["levels"][f"{rate:g}"])
-
-    async def hold(rate: float) -> dict[str, Any]:
-        calls.append(("hold", rate))
-        return dict(stored["holds"][f"{rate:g}"])
-
-    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180)
-    found = asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0, itl_p99=0.05), spec, hold=hold))
+    found = _replay(attrs["slo"], calls)
     assert calls == [*(("level", r) for r in (32, 64, 128, 96, 80, 88)), ("hold", 88), ("hold", 80)]
     assert found.answer == 80 and found.broke == 88 and not found.client_bound
     assert found.stop_reason.startswith("bracketed: 80 requests/s hold the SLO, 88 break it")
@@ -392,39 +411,19 @@ def test_the_slower_h100_search_holds_a_resolution_below_a_broken_hold_and_stops
     stays under 46.8 (a resolution below it), so the third hold goes to a level the short windows
     found there (levels not stored are read as 40's: held), not to 48 a short window had read as
     held."""
-    import optuna
-
-    from tests.conftest import ROOT
-
-    data = ROOT / "docs" / "data" / "goodput" / "h100-sglang-2026-12-06f"
-    study = optuna.load_study(study_name="h200-sglang-goodput-rate", storage=f"sqlite:///{data / 'tune' / 'study.db'}")
-    stored = study.trials[0].user_attrs["slo"]
-    assert study.trials[0].user_attrs["host"]["loop_ms"] > 2 * 15.28  # the sixth session's host: 15.28 ms
+    _, attrs = _committed("h100-sglang-2026-12-06f")
+    stored = attrs["slo"]
+    assert attrs["host"]["loop_ms"] > 2 * 15.28  # the sixth session's host: 15.28 ms
     calls: list[tuple[str, float]] = []
-
-    async def measure(rate: float) -> dict[str, Any]:
-        calls.append(("level", rate))
-        return dict(stored["levels"].get(f"{rate:g}", stored["levels"]["40"]))
-
-    class Unmeasured(Exception):
-        pass
-
-    async def hold(rate: float) -> dict[str, Any]:
-        calls.append(("hold", rate))
-        if f"{rate:g}" not in stored["holds"]:
-            raise Unmeasured
-        return dict(stored["holds"][f"{rate:g}"])
-
-    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180)
-    with pytest.raises(Unmeasured):
-        asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0, itl_p99=0.05), spec, hold=hold))
+    with pytest.raises(_Unmeasured):
+        _replay(stored, calls, unstored_level="40")
     assert calls[:7] == [*(("level", r) for r in (32, 64, 48, 56, 52)), ("hold", 56), ("hold", 52)]
     kind, third = calls[-1]
     assert kind == "hold" and 52 * 0.9 * 0.9 <= third < 52 * 0.9 and all(r < 52 * 0.9 for _, r in calls[7:])
 
     stored["holds"]["43.1"] = stored["holds"]["48"]  # had the third hold broken too: no answer, and nothing after it
     calls.clear()
-    found = asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0, itl_p99=0.05), spec, hold=hold))
+    found = _replay(stored, calls, unstored_level="40")
     assert calls[-1] == ("hold", third) and found.answer == 0
     assert found.stop_reason.endswith("3 hold(s) spent, none held: no answer")
 
@@ -435,26 +434,11 @@ def test_a_hold_that_held_below_the_broken_ones_is_the_answer_and_the_stop_reaso
     64's and 48's holds broke with the third hold. The answer was 32, yet the stored stop reason
     ended "3 hold(s) spent, none held: no answer". Replayed: the same calls, the answer 32, and a
     stop reason that names it."""
-    import optuna
-
-    from tests.conftest import ROOT
-
-    data = ROOT / "docs" / "data" / "goodput" / "h100-sglang-2026-12-07"
-    study = optuna.load_study(study_name="h200-sglang-goodput-rate", storage=f"sqlite:///{data / 'tune' / 'study.db'}")
-    stored, metrics = study.trials[0].user_attrs["slo"], study.trials[0].user_attrs["metrics"]
-    assert stored["stop_reason"].endswith("3 hold(s) spent, none held: no answer") and metrics["slo.rate"] == 32
+    _, attrs = _committed("h100-sglang-2026-12-07")
+    stored = attrs["slo"]
+    assert stored["stop_reason"].endswith("3 hold(s) spent, none held: no answer") and attrs["metrics"]["slo.rate"] == 32
     calls: list[tuple[str, float]] = []
-
-    async def measure(rate: float) -> dict[str, Any]:
-        calls.append(("level", rate))
-        return dict(stored["levels"][f"{rate:g}"])
-
-    async def hold(rate: float) -> dict[str, Any]:
-        calls.append(("hold", rate))
-        return dict(stored["holds"][f"{rate:g}"])
-
-    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180)
-    found = asyncio.run(search_rate(measure, SloTargets(ttft_p99=1.0, itl_p99=0.05), spec, hold=hold))
+    found = _replay(stored, calls)
     assert calls == [
         *(("level", r) for r in (32, 16, 24, 28, 30)),
         ("hold", 32),
