@@ -146,3 +146,44 @@ def test_a_port_taken_between_the_check_and_the_bind_is_started_again_on_another
         assert len(retried) == len(calls) - 1, retried
     finally:
         squatter.close()
+
+
+def test_the_probes_see_the_trial_s_limit_less_the_stop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A probe asks how long the trial has left (tuner.base.clock) before a long step (an SLO hold):
+    run_trial binds ``budget.trial_timeout`` less what the server's stop needs, and nothing outside it."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from tuner import probes
+    from tuner.base import clock
+    from tuner.serving import trial
+    from tuner.space import SearchSpace
+
+    seen: list[float | None] = []
+
+    class Asked(Exception):
+        pass
+
+    class Probe:
+        name = "asks"
+
+        def see(self, earlier: object) -> None:
+            pass
+
+        def run(self, handle: object) -> None:
+            seen.append(clock.left())
+            raise Asked
+
+    @contextmanager
+    def served(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        yield SimpleNamespace(handle=None, server=SimpleNamespace(died=lambda: False))
+
+    monkeypatch.setattr(trial, "serve", served)
+    monkeypatch.setattr(probes, "from_space", lambda space: [Probe()])
+    partition = make_partitions("cpu", [worker_core()], 1)[0]
+    for limit in (600, None):
+        space = SearchSpace.model_validate(tiny_space(budget={"trials": 1, "trial_timeout": limit}))
+        with pytest.raises(Asked):
+            run_trial(space, {"ctx-size": 2048}, tmp_path, partition)
+    assert seen[1] is None and 600 - trial.STOP_S - 5 < (seen[0] or 0) <= 600 - trial.STOP_S
+    assert clock.left() is None

@@ -428,27 +428,40 @@ def test_the_slower_h100_search_holds_a_resolution_below_a_broken_hold_and_stops
     assert found.stop_reason.endswith("3 hold(s) spent, none held: no answer")
 
 
-def test_a_hold_that_held_below_the_broken_ones_is_the_answer_and_the_stop_reason_says_so() -> None:
+def test_a_wide_bracket_holds_the_answer_before_the_level_far_above_and_a_hold_left_bisects_it() -> None:
     """The committed tune of the eighth session (docs/goodput.md; SGLang 0.5.17, the same space, an
     H100 host): 32 requests/s broke its 10-s level on ITL p99 alone (60 ms > 50) and held 180 s;
-    64's and 48's holds broke with the third hold. The answer was 32, yet the stored stop reason
-    ended "3 hold(s) spent, none held: no answer". Replayed: the same calls, the answer 32, and a
-    stop reason that names it."""
+    then 64 broke and 48 held 10 s, the level budget spent. The search then held 64 (its queue grew
+    51.6 +- 8.5/s: broke) and 48 (broke, 43.1/s completed): three holds, the answer 32 with nothing
+    learnt between 32 and 43. Replayed now: with the bracket 48-64 wide, 48's own hold comes first
+    (64's is not spent), it breaks, and the hold left bisects 32-43.2 at 37.6, a level the tune
+    never measured. Had it held, 37.6 is the answer; had it broken, 32, a resolution under it."""
     _, attrs = _committed("h100-sglang-2026-12-07")
     stored = attrs["slo"]
-    assert stored["stop_reason"].endswith("3 hold(s) spent, none held: no answer") and attrs["metrics"]["slo.rate"] == 32
+    assert attrs["metrics"]["slo.rate"] == 32 and [*stored["holds"]] == ["32", "48", "64"]
     calls: list[tuple[str, float]] = []
-    found = _replay(stored, calls)
+    with pytest.raises(_Unmeasured):
+        _replay(stored, calls)
     assert calls == [
         *(("level", r) for r in (32, 16, 24, 28, 30)),
         ("hold", 32),
         ("level", 64),
         ("level", 48),
-        ("hold", 64),
         ("hold", 48),
+        ("hold", pytest.approx((32 + 48 * 0.9) / 2)),
     ]
-    assert found.answer == 32 and found.broke == 48
-    assert found.stop_reason.endswith("; 3 hold(s) spent: 32 requests/s, whose hold held, is the answer"), found.stop_reason
+
+    stored["holds"]["37.6"] = {**stored["holds"]["32"], "rate": 37.6}  # had it held
+    calls.clear()
+    found = _replay(stored, calls)
+    assert calls[-1] == ("hold", pytest.approx(37.6)) and found.answer == pytest.approx(37.6) and found.broke == 48
+    assert "the bracket 32-43.2 requests/s bisected by a hold: 37.6 held 180s" in found.stop_reason, found.stop_reason
+
+    stored["holds"]["37.6"] = stored["holds"]["48"]  # had it broken: 32, and the search stays a resolution under 37.6
+    calls.clear()
+    found = _replay(stored, calls)
+    assert len([c for c in calls if c[0] == "hold"]) == 3 and found.answer == 32
+    assert found.stop_reason.startswith("bracketed: 32 requests/s hold the SLO, the search stays under 33.8"), found.stop_reason
 
 
 def test_a_closed_loop_hold_that_breaks_sends_the_search_a_resolution_below_it() -> None:
@@ -469,3 +482,45 @@ def test_a_closed_loop_hold_that_breaks_sends_the_search_a_resolution_below_it()
     found = asyncio.run(search(measure, TARGETS, spec, 1000, {}, hold=hold))
     assert [c for kind, c in calls if kind == "hold"] == [40, 38, 34] and found.answer == 34, calls
     assert found.stop_reason.startswith("bracketed: 34 clients hold the SLO, the search stays under 36, a resolution below 38")
+
+
+def test_a_hold_gets_what_the_trial_s_limit_leaves_and_none_where_its_least_does_not_fit() -> None:
+    from tuner.base import clock
+    from tuner.probes.load import Window
+    from tuner.probes.slo import HOLD_TAIL_S, _fitted
+
+    window = Window(60.0, 180.0, ci=False)
+    assert _fitted(window) == window  # no limit bound: as the space asks
+    with clock.limit(150.0):
+        fitted = _fitted(window)
+        assert fitted is not None and fitted.least == 60 and 150 - HOLD_TAIL_S - 1 < fitted.most <= 150 - HOLD_TAIL_S
+    with clock.limit(1000.0):
+        assert _fitted(window) == window
+    with clock.limit(60.0 + HOLD_TAIL_S - 1):
+        assert _fitted(window) is None
+
+
+def test_a_hold_with_no_time_left_is_not_run_and_the_stop_reason_says_so() -> None:
+    """The answer's own hold without time: no answer (a level becomes one only by holding), every
+    level kept. The answer held and the next hold without time: the answer stands."""
+    calls: list[tuple[str, float]] = []
+    measure, _ = _latency_server(calls, stall_to=40)
+    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=8)
+
+    async def no_time(rate: float) -> None:
+        calls.append(("no time", rate))
+        return None
+
+    found = asyncio.run(search_rate(measure, ITL_BOUND, spec, hold=no_time))
+    assert calls[-1] == ("no time", 32) and found.answer == 0 and found.held == 30 and len(found.levels) == 5
+    assert found.stop_reason.endswith("; no time was left for a hold at 32 before the trial's limit"), found.stop_reason
+
+    calls.clear()
+    _, hold = _latency_server(calls, stall_to=40)
+
+    async def once(rate: float) -> dict[str, Any] | None:
+        return await hold(rate) if not any(kind == "hold" for kind, _ in calls) else await no_time(rate)
+
+    found = asyncio.run(search_rate(measure, ITL_BOUND, spec, hold=once))
+    assert [c for c in calls if c[0] != "level"] == [("hold", 32), ("no time", 40)] and found.answer == 32
+    assert "then held 60s on the same server; no time was left for a hold at 40" in found.stop_reason, found.stop_reason

@@ -18,10 +18,14 @@ loop's growth is undecided: :data:`tuner.probes.load.Window`); one that does not
 broken and the search goes on a resolution below it (a short level right under a broken hold is no
 evidence: its own short level had held too), at most ``holds`` times; after the last, no level runs
 and there is no answer. Before it, the level above that
-broke on its queue's growth or a latency percentile, no request failed, is held too: the answer
+broke on its queue's growth or a latency percentile, no request failed, is held too where the
+bracket is closed (or the answer's hold held): the answer
 must hold each minute of its confirmation, and a 10-s window reads one stall of the engine as a
 growing queue or a p99 over its target (on the H200, SGLang's own bench held 1.15 x an answer whose
-level above had broken on its growth); a hold that holds makes it no break. The answer is the largest level
+level above had broken on its growth); a hold that holds makes it no break. Where the level budget
+ran out with the bracket wide, the answer is held first, and a hold left after it bisects the
+bracket. A hold runs only where it ends before the trial's time limit (:mod:`tuner.base.clock`; its
+window cut to what is left): a trial cut at its limit keeps nothing. The answer is the largest level
 that held, and held its hold where one is asked for: ``concurrency``, its ``goodput`` (output tok/s
 there, with its batch-means CI: the hold's where it ran) and its latencies; ``concurrency_violated``
 is the smallest level that broke the SLO (the answer lies in between). Every level starts on a
@@ -33,13 +37,14 @@ measured above it), is in the result's details (the trial's evidence).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from tuner.base import progress
+from tuner.base import clock, progress
 from tuner.base.level import Level
 from tuner.base.metrics import SLO_AT_LEVEL, SLO_AT_RATE
 from tuner.base.records import ProbeResult
@@ -58,6 +63,7 @@ OPEN_LOOP = (
 )  # fmt: skip
 LEVEL_EXTRA = ("horizon_s", "decisive", "drain_s", "drained", "drained_by", "ci_target_met")
 UNBOUNDED = 1024  # where neither the KV pool nor the spec bounds the search
+HOLD_TAIL_S = 20.0  # a hold's warm-up before its window opens and its close after, kept inside the trial's limit
 
 
 class SloProbe(Probe):
@@ -141,11 +147,13 @@ class SloProbe(Probe):
                 measured[level] = self.stamped({**await self.load.level(client, server, prompts, level), **settled})
                 return measured[level]
 
-            async def hold(level: float) -> dict[str, Any]:
+            async def hold(level: float) -> dict[str, Any] | None:
                 assert window is not None
-                progress.report(f"slo: holding {level:.0f} concurrent clients for {window.least:g}s")
                 settled = await self.load.settle(client, server)
-                summary = await self.load.level(client, server, prompts, int(level), window=window, slice_s=window.least / 3)
+                if (fitted := _fitted(window)) is None:
+                    return None
+                progress.report(f"slo: holding {level:.0f} concurrent clients for {fitted.least:g}s")
+                summary = await self.load.level(client, server, prompts, int(level), window=fitted, slice_s=fitted.least / 3)
                 return self.stamped({**summary, **settled}, decisive=True)
 
             outcome = await search(measure, targets, spec, top, dict(self._known), why, hold=hold if window else None)
@@ -167,12 +175,14 @@ class SloProbe(Probe):
                     measured[rate] = self.stamped({**summary, **settled})
                     return measured[rate]
 
-                async def hold(rate: float) -> dict[str, Any]:
+                async def hold(rate: float) -> dict[str, Any] | None:
                     assert window is not None
-                    progress.report(f"slo: holding {rate:.3g} requests/s for {window.least:g}-{window.most:g}s")
                     settled = await self.load.settle(client, server)
+                    if (fitted := _fitted(window)) is None:
+                        return None
+                    progress.report(f"slo: holding {rate:.3g} requests/s for {fitted.least:g}-{fitted.most:g}s")
                     summary = await self.load.rate_level(
-                        senders, server, prompts, rate, seed=100 + len(measured), window=window, slice_s=window.least / 3
+                        senders, server, prompts, rate, seed=100 + len(measured), window=fitted, slice_s=fitted.least / 3
                     )
                     return self.stamped({**summary, **settled}, decisive=True)
 
@@ -207,6 +217,19 @@ class SloProbe(Probe):
         }
         logger.info("slo: %.0f clients hold the SLO (%s)", outcome.answer, outcome.stop_reason)
         return ProbeResult(self.name, metrics, details)
+
+
+def _fitted(window: Window) -> Window | None:
+    """A hold's window as the trial's time limit leaves it (:mod:`tuner.base.clock`): its ``most``
+    cut to what ends :data:`HOLD_TAIL_S` before the limit; None where not even its ``least`` fits
+    (the hold is not run: a trial cut at its limit keeps nothing it measured)."""
+    left = clock.left()
+    if left is None:
+        return window
+    room = left - HOLD_TAIL_S
+    if room < window.least:
+        return None
+    return dataclasses.replace(window, most=min(window.most, room))
 
 
 def _metrics(outcome: Search, answer: str, levels_run: int, bound: float) -> dict[str, float]:
@@ -374,48 +397,104 @@ class Search:
         return min(tops) if tops else None
 
 
-Hold = Callable[[float], Awaitable[dict[str, Any]]]
+Hold = Callable[[float], Awaitable[dict[str, Any] | None]]  # None: no time left for it before the trial's limit
 
 
-async def _held(found: Search, hold: Hold | None, most: int, unit: str, below: Callable[[float], float]) -> bool:
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """How a search moves in its unit: ``below(level)``, a resolution under a level whose hold
+    broke; ``bracketed(low, high)``, whether the bracket is within the resolution; ``middle(low,
+    high)``, the level that bisects it; ``spent()``, whether the level budget is."""
+
+    unit: str
+    below: Callable[[float], float]
+    bracketed: Callable[[float, float], bool]
+    middle: Callable[[float, float], float]
+    spent: Callable[[], bool]
+
+
+async def _tried(found: Search, hold: Hold, level: float) -> bool | None:
+    """Hold ``level`` (:meth:`Search.add_hold`); None where the trial has no time left for it."""
+    summary = await hold(level)
+    if summary is None:
+        found.notes.append(f"; no time was left for a hold at {level:g} before the trial's limit")
+        return None
+    return found.add_hold(level, summary)
+
+
+async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> bool:
     """Hold the level the search found (True: the answer stands: it held, there is none, no hold
-    is asked for, or the hold budget is spent; False: its hold broke and the search goes on below
-    ``below(level)``, the search's resolution under it: :attr:`Search.reach`). First, where the
-    level above it broke on its growth or a latency percentile alone (:meth:`Search.short_break`),
-    that level is held: one that holds is no break (False: the search goes on above it). What each
-    hold found is added to the stop reason."""
+    is asked for, or the hold budget or the trial's time is spent; False: the search goes on).
+
+    1. The level above it, where it broke on its growth or a latency percentile alone
+       (:meth:`Search.short_break`), is held first where the bracket is closed or the answer's
+       own hold held: one that holds is no break, and the search goes on above it. Where the
+       bracket is wide (the level budget ran out), the answer's own hold comes first: a hold of a
+       level far above is spent only once the answer under it held.
+    2. The answer is held. Where that hold breaks, the search goes on below ``step.below(level)``,
+       a resolution under it (:attr:`Search.reach`).
+    3. Where the answer held and the level budget is spent with the bracket still wide, a hold
+       left bisects it: it runs at the bracket's middle, a level no short window measured.
+
+    What each hold found is added to the stop reason."""
+    unit = step.unit
     if hold is None or not found.held:
-        found.stop_reason += "".join(found.notes)
-        return True
+        return _stop(found)
     top = found.broke
-    if top is not None and top not in found.holds and found.short_break(top) and len(found.holds) < most:
+    near = top is not None and (found.held in found.holds or step.bracketed(found.held, top))
+    if near and top is not None and top not in found.holds and found.short_break(top) and len(found.holds) < most:
         short = f"{top:g} {unit} broke in {found.levels[top].get('window_s') or 0:.0f}s ({'; '.join(found.broken[top])})"
-        if found.add_hold(top, await hold(top)):  # the search goes on above it
+        if (held := await _tried(found, hold, top)) is None:
+            return _stop(found)
+        if held:  # the search goes on above it
             found.notes.append(f"; {short}, then held {found.holds[top].get('window_s') or 0:.0f}s on the same server")
             return False
         found.notes.append(f"; {short} and did not hold {found.holds[top].get('window_s') or 0:.0f}s either")
     if found.held in found.holds:
-        found.stop_reason += "".join(found.notes)
-        return True
+        low, high = found.held, found.ceiling
+        if high is None or step.bracketed(low, high) or not step.spent() or len(found.holds) >= most:
+            return _stop(found)
+        level = step.middle(low, high)
+        if (held := await _tried(found, hold, level)) is None:
+            return _stop(found)
+        what = f"; the level budget spent, the bracket {low:g}-{high:g} {unit} bisected by a hold: {level:g}"
+        if held:
+            found.notes.append(f"{what} held {found.holds[level].get('window_s') or 0:.0f}s")
+            return False
+        found.notes.append(
+            f"{what} did not hold {found.holds[level].get('window_s') or 0:.0f}s ({'; '.join(found.hold_broken[level])})"
+        )
+        _below(found, level, step)
+        return False
     if len(found.holds) >= most:
-        found.stop_reason += "".join(found.notes) + _spent(found, most, unit)
-        return True
+        return _stop(found, _spent(found, most, unit))
     level = found.held
-    if found.add_hold(level, await hold(level)):
+    if (held := await _tried(found, hold, level)) is None:
+        return _stop(found)
+    if held:
         found.notes.append(f"; held {found.holds[level].get('window_s') or 0:.0f}s on the same server")
-        found.stop_reason += "".join(found.notes)
-        return True
+        return _stop(found)
     found.notes.append(
         f"; {level:g} {unit} did not hold {found.holds[level].get('window_s') or 0:.0f}s ({'; '.join(found.hold_broken[level])})"
     )
     if len(found.holds) >= most:  # no hold left for a level below: stop here
-        found.stop_reason += "".join(found.notes) + _spent(found, most, unit)
-        return True
+        return _stop(found, _spent(found, most, unit))
+    _below(found, level, step)
+    return False
+
+
+def _stop(found: Search, end: str = "") -> bool:
+    """The search ends: what the holds found goes on its stop reason."""
+    found.stop_reason += "".join(found.notes) + end
+    return True
+
+
+def _below(found: Search, level: float, step: _Step) -> None:
+    """A hold at ``level`` broke: the search stays a resolution below it (not where the client was why)."""
     if level not in found.client_bound:
-        reach = below(level)
+        reach = step.below(level)
         if found.reach is None or reach < found.reach:
             found.reach, found.reach_from = reach, level
-    return False
 
 
 def _spent(found: Search, most: int, unit: str) -> str:
@@ -447,23 +526,26 @@ async def search(
         runs += 1
         found.add(level, await measure(level))
 
-    def spent() -> bool:
-        return runs >= spec.max_levels
+    def resolved(low: float) -> int:
+        return max(1, int(spec.resolution * low))
 
+    step = _Step(
+        "clients",
+        below=lambda lv: lv - resolved(lv) + 1,
+        bracketed=lambda low, high: high - low <= resolved(low),
+        middle=lambda low, high: int((low + high) // 2),
+        spent=lambda: runs >= spec.max_levels,
+    )
     while True:
-        await _closed_search(found, run, spent, spec, bound, bound_from)
-        if await _held(found, hold, spec.holds, "clients", lambda lv: lv - max(1, int(spec.resolution * lv)) + 1):
+        await _closed_search(found, run, step, spec, bound, bound_from)
+        if await _held(found, hold, spec.holds, step):
             return found
 
 
 async def _closed_search(
-    found: Search,
-    run: Callable[[int], Awaitable[None]],
-    spent: Callable[[], bool],
-    spec: SloProbeSpec,
-    bound: int,
-    bound_from: str,
+    found: Search, run: Callable[[int], Awaitable[None]], step: _Step, spec: SloProbeSpec, bound: int, bound_from: str
 ) -> None:
+    spent = step.spent
     level = int(min(max(spec.start, found.held), bound))
     while found.broke is None:  # bracket: double until a level breaks the SLO or the bound holds it
         if level in found.levels:
@@ -480,12 +562,12 @@ async def _closed_search(
         if high == 1:
             found.stop_reason = "even 1 client breaks the SLO"
             return
-        if high - low <= max(1, int(spec.resolution * low)):
+        if step.bracketed(low, high):
             found.stop_reason = f"bracketed: {low:.0f} clients hold the SLO, {_above(found, high, '.0f')}"
             return
         if spent():
             break
-        await run(int((low + high) // 2))
+        await run(int(step.middle(low, high)))
     found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.0f} clients hold the SLO" + (
         f", {found.broke:.0f} break it" if found.broke is not None else ""
     )
@@ -507,19 +589,22 @@ async def search_rate(
         runs += 1
         found.add(rate, await measure(rate))
 
-    def spent() -> bool:
-        return runs >= spec.max_levels
-
+    resolution = spec.resolution or 0.1
+    step = _Step(
+        "requests/s",
+        below=lambda lv: lv * (1 - resolution),
+        bracketed=lambda low, high: bool(low) and high - low <= resolution * low,
+        middle=lambda low, high: (low + high) / 2,
+        spent=lambda: runs >= spec.max_levels,
+    )
     while True:
-        await _rate_search(found, run, spent, spec)
-        if await _held(found, hold, spec.holds, "requests/s", lambda lv: lv * (1 - (spec.resolution or 0.1))):
+        await _rate_search(found, run, step, spec)
+        if await _held(found, hold, spec.holds, step):
             return found
 
 
-async def _rate_search(
-    found: Search, run: Callable[[float], Awaitable[None]], spent: Callable[[], bool], spec: SloProbeSpec
-) -> None:
-    resolution = spec.resolution or 0.1
+async def _rate_search(found: Search, run: Callable[[float], Awaitable[None]], step: _Step, spec: SloProbeSpec) -> None:
+    spent = step.spent
     rate = max(spec.start_rate, found.held * 2) if found.held else spec.start_rate
     while found.ceiling is None:
         if spent():
@@ -537,12 +622,12 @@ async def _rate_search(
                 "could not be sent (client-bound)" if high in found.client_bound else "break the SLO"
             )
             return
-        if low and high - low <= resolution * low:
+        if step.bracketed(low, high):
             found.stop_reason = f"bracketed: {low:.3g} requests/s hold the SLO, {_above(found, high)}"
             return
         if spent():
             break
-        await run((low + high) / 2)
+        await run(step.middle(low, high))
     found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.3g} requests/s hold the SLO" + (
         f", {_above(found, found.ceiling)}" if found.ceiling is not None else ""
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner import engines, probes
-from tuner.base import progress
+from tuner.base import clock, progress
 from tuner.base.artifacts import write_json
 from tuner.base.exceptions import ConfigInfeasible, CrashedUnderLoad
 from tuner.base.level import levels_in
@@ -49,6 +49,7 @@ class Served:
 
 
 PORT_ATTEMPTS = 3  # starts of one trial when another program takes its port first
+STOP_S = 30.0  # kept inside budget.trial_timeout for the server's stop and the outcome: the probes end before
 
 
 @contextmanager
@@ -134,7 +135,12 @@ def run_trial(
     host = fingerprint.this_host(partition.devices if partition.kind == "gpu" else (), partition.server_cpus)
     # written now: also where the trial never ends (a confirmation cut by a deadline)
     write_json(trial_dir / fingerprint.HOST_FILE, host.to_dict())
-    with progress.bind(trial_dir), serve(space, params, trial_dir, partition, ledger=ledger) as served:
+    limit = space.budget.trial_timeout
+    with (
+        progress.bind(trial_dir),
+        clock.limit(None if limit is None else max(0.0, limit - STOP_S)),
+        serve(space, params, trial_dir, partition, ledger=ledger) as served,
+    ):
         probe_began = time.time()
         results: list[ProbeResult] = []
         sampler = telemetry.for_partition(partition.kind, partition.devices)
