@@ -14,7 +14,7 @@ from tests.conftest import handle, llama_server_process
 from tuner.base.level import Level, levels_in
 from tuner.base.records import ProbeResult
 from tuner.probes import LoadProbe, SloProbe
-from tuner.probes.load import short_of_schedule
+from tuner.probes.load import client_verdict, short_of_schedule
 from tuner.probes.slo import Search, search, search_rate
 from tuner.space import LoadProbeSpec, SloProbeSpec, SloTargets
 
@@ -382,14 +382,18 @@ def test_the_h100_search_replays_to_80_with_88_the_server_s_break() -> None:
     replayed through the search. 88/s broke in 10 s, its hold broke too (TTFT p99 11.3 s, 1,017
     waiting, queue +19.4/s) with sends 63 ms late at p99; that break is the server's, not the
     client's, so the answer is 80 with 88 breaking it (stored at the time: "88 could not be sent").
-    SGLang's bench at 92/s broke (TTFT p99 76 s)."""
+    SGLang's bench at 92/s broke (TTFT p99 76 s). Replayed now, 88's hold is not run: its 10-s
+    level completed 59.2/s of 90 sent (saturated), what its hold read again over a minute."""
     import json
 
     data, attrs = _committed("h100-sglang-2026-12-06e")
+    stored = attrs["slo"]
     calls: list[tuple[str, float]] = []
-    found = _replay(attrs["slo"], calls)
-    assert calls == [*(("level", r) for r in (32, 64, 128, 96, 80, 88)), ("hold", 88), ("hold", 80)]
-    assert found.answer == 80 and found.broke == 88 and not found.client_bound
+    found = _replay(stored, calls)
+    assert calls == [*(("level", r) for r in (32, 64, 128, 96, 80, 88)), ("hold", 80)]
+    assert found.answer == 80 and found.broke == 88 and not found.client_bound and found.saturated(88, 0.1)
+    hold_88 = stored["holds"]["88"]
+    assert client_verdict(hold_88, ITL_BOUND.violated(hold_88), ITL_BOUND) is None  # the late sends: the server's break
     assert found.stop_reason.startswith("bracketed: 80 requests/s hold the SLO, 88 break it")
     check = json.loads((data / "bench-above" / "crosscheck-above.json").read_text())
     assert check["bench"][0]["rate"] == 92 and check["bench"][0]["ttft_p99"] > 60 and check["host"]["cpus"] == 16
@@ -417,14 +421,15 @@ def test_the_slower_h100_search_holds_a_resolution_below_a_broken_hold_and_stops
     calls: list[tuple[str, float]] = []
     with pytest.raises(_Unmeasured):
         _replay(stored, calls, unstored_level="40")
-    assert calls[:7] == [*(("level", r) for r in (32, 64, 48, 56, 52)), ("hold", 56), ("hold", 52)]
-    kind, third = calls[-1]
-    assert kind == "hold" and 52 * 0.9 * 0.9 <= third < 52 * 0.9 and all(r < 52 * 0.9 for _, r in calls[7:])
+    assert calls[:6] == [*(("level", r) for r in (32, 64, 48, 56, 52)), ("hold", 52)]  # 56: saturated, not held
+    kind, second = calls[-1]
+    assert kind == "hold" and 52 * 0.9 * 0.9 <= second < 52 * 0.9 and all(r < 52 * 0.9 for _, r in calls[6:])
 
-    stored["holds"]["43.1"] = stored["holds"]["48"]  # had the third hold broken too: no answer, and nothing after it
-    calls.clear()
+    stored["holds"]["43.1"] = stored["holds"]["48"]  # had the second hold broken too: the last goes to 32, and
+    calls.clear()  # where it broke too, no answer and nothing after it
+    stored["holds"]["32"] = stored["holds"]["48"]
     found = _replay(stored, calls, unstored_level="40")
-    assert calls[-1] == ("hold", third) and found.answer == 0
+    assert [c for c in calls if c[0] == "hold"] == [("hold", 52), ("hold", second), ("hold", 32)] and found.answer == 0
     assert found.stop_reason.endswith("3 hold(s) spent, none held: no answer")
 
 
@@ -433,9 +438,9 @@ def test_a_wide_bracket_holds_the_answer_before_the_level_far_above_and_a_hold_l
     H100 host): 32 requests/s broke its 10-s level on ITL p99 alone (60 ms > 50) and held 180 s;
     then 64 broke and 48 held 10 s, the level budget spent. The search then held 64 (its queue grew
     51.6 +- 8.5/s: broke) and 48 (broke, 43.1/s completed): three holds, the answer 32 with nothing
-    learnt between 32 and 43. Replayed now: with the bracket 48-64 wide, 48's own hold comes first
-    (64's is not spent), it breaks, and the hold left bisects 32-43.2 at 37.6, a level the tune
-    never measured. Had it held, 37.6 is the answer; had it broken, 32, a resolution under it."""
+    learnt between 32 and 43. Replayed now: 64 is not held (it completed 19.3/s of 65.7 sent:
+    saturated); a hold bisects 32-64 at 48, it breaks, and the hold left bisects 32-43.2 at 37.6, a
+    level the tune never measured. Had it held, 37.6 is the answer; had it broken, 32."""
     _, attrs = _committed("h100-sglang-2026-12-07")
     stored = attrs["slo"]
     assert attrs["metrics"]["slo.rate"] == 32 and [*stored["holds"]] == ["32", "48", "64"]
@@ -462,6 +467,28 @@ def test_a_wide_bracket_holds_the_answer_before_the_level_far_above_and_a_hold_l
     found = _replay(stored, calls)
     assert len([c for c in calls if c[0] == "hold"]) == 3 and found.answer == 32
     assert found.stop_reason.startswith("bracketed: 32 requests/s hold the SLO, the search stays under 33.8"), found.stop_reason
+
+
+def test_the_h200_tune_holds_no_saturated_level_and_its_holds_left_bisect_the_open_bracket() -> None:
+    """The ninth session's tune on an H200 (docs/goodput.md; SGLang 0.5.17, the same space, at
+    dc1adcb): 32 and 64 held their 10-s levels, 128, 96, 80 and 72 broke, 68 held. The search held
+    72 (it had completed 36.9/s of 75.2 sent; broke), 68 (broke: ITL p99 56 ms, a queue growing
+    3.3 +- 2.9/s) and, its last hold, 32 (held 70 s): the answer 32, with 64's 10-s level held
+    and nothing between 32 and 61.2 held over a minute. 32 then held its 7-minute confirmation.
+    Replayed now: 72 is not held (saturated), 68's hold breaks, and the two holds left bisect
+    32-61.2, first at 46.6, a level no window measured; had it broken, the last goes to 32."""
+    _, attrs = _committed("h200-sglang-2026-12-07")
+    stored = attrs["slo"]
+    assert attrs["metrics"]["slo.rate"] == 32 and [*stored["holds"]] == ["32", "68", "72"]
+    calls: list[tuple[str, float]] = []
+    with pytest.raises(_Unmeasured):
+        _replay(stored, calls)
+    assert calls == [*(("level", r) for r in (32, 64, 128, 96, 80, 72, 68)), ("hold", 68), ("hold", pytest.approx(46.6))]
+
+    stored["holds"]["46.6"] = stored["holds"]["68"]
+    calls.clear()
+    found = _replay(stored, calls)
+    assert calls[-1] == ("hold", 32) and found.answer == 32 and found.stop_reason.endswith("; held 70s on the same server")
 
 
 def test_a_closed_loop_hold_that_breaks_sends_the_search_a_resolution_below_it() -> None:

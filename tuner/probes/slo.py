@@ -23,8 +23,8 @@ bracket is closed (or the answer's hold held): the answer
 must hold each minute of its confirmation, and a 10-s window reads one stall of the engine as a
 growing queue or a p99 over its target (on the H200, SGLang's own bench held 1.15 x an answer whose
 level above had broken on its growth); a hold that holds makes it no break. Where the level budget
-ran out with the bracket wide, the answer is held first, and a hold left after it bisects the
-bracket. A hold runs only where it ends before the trial's time limit (:mod:`tuner.base.clock`; its
+ran out with the bracket wide, holds bisect it (from the highest level whose hold held), keeping
+one for the answer. A hold runs only where it ends before the trial's time limit (:mod:`tuner.base.clock`; its
 window cut to what is left): a trial cut at its limit keeps nothing. The answer is the largest level
 that held, and held its hold where one is asked for: ``concurrency``, its ``goodput`` (output tok/s
 there, with its batch-means CI: the hold's where it ran) and its latencies; ``concurrency_violated``
@@ -368,6 +368,15 @@ class Search:
             and (summary.get("error_rate") or 0.0) <= self.targets.error_rate
         )
 
+    def saturated(self, level: float, share: float) -> bool:
+        """Whether ``level``'s completions fell more than ``share`` behind its arrivals (an open
+        loop's completion rate under (1 - share) x its achieved rate): its server was saturated
+        through the window, not stalled in it, and a hold would read the same break over a minute
+        (SGLang: the holds of 88, 56, 64 and 72 requests/s, such levels on four hosts, all broke)."""
+        summary = self.levels.get(level) or {}
+        done, sent = summary.get("completion_rate"), summary.get("achieved_rate")
+        return done is not None and sent is not None and float(done) < (1 - share) * float(sent)
+
     def figures(self, level: float) -> dict[str, Any]:
         """A level's figures: its hold's where it held one, else its search level's."""
         return self.holds.get(level) or self.levels[level]
@@ -407,6 +416,7 @@ class _Step:
     high)``, the level that bisects it; ``spent()``, whether the level budget is."""
 
     unit: str
+    resolution: float
     below: Callable[[float], float]
     bracketed: Callable[[float, float], bool]
     middle: Callable[[float, float], float]
@@ -427,14 +437,14 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
     is asked for, or the hold budget or the trial's time is spent; False: the search goes on).
 
     1. The level above it, where it broke on its growth or a latency percentile alone
-       (:meth:`Search.short_break`), is held first where the bracket is closed or the answer's
-       own hold held: one that holds is no break, and the search goes on above it. Where the
-       bracket is wide (the level budget ran out), the answer's own hold comes first: a hold of a
-       level far above is spent only once the answer under it held.
-    2. The answer is held. Where that hold breaks, the search goes on below ``step.below(level)``,
+       (:meth:`Search.short_break`) and its server kept up with its arrivals
+       (:meth:`Search.saturated`), is held first where the bracket is closed or the answer's own
+       hold held: one that holds is no break, and the search goes on above it.
+    2. Where the level budget is spent and the bracket is still wide, a hold bisects it: it runs
+       at the middle between the highest level whose hold held (else the search's answer) and the
+       ceiling, keeping a hold for the answer itself where none has held yet.
+    3. Else the answer is held. Where a hold breaks, the search goes on below ``step.below(level)``,
        a resolution under it (:attr:`Search.reach`).
-    3. Where the answer held and the level budget is spent with the bracket still wide, a hold
-       left bisects it: it runs at the bracket's middle, a level no short window measured.
 
     What each hold found is added to the stop reason."""
     unit = step.unit
@@ -442,7 +452,14 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
         return _stop(found)
     top = found.broke
     near = top is not None and (found.held in found.holds or step.bracketed(found.held, top))
-    if near and top is not None and top not in found.holds and found.short_break(top) and len(found.holds) < most:
+    if (
+        near
+        and top is not None
+        and top not in found.holds
+        and found.short_break(top)
+        and not found.saturated(top, step.resolution)
+        and len(found.holds) < most
+    ):
         short = f"{top:g} {unit} broke in {found.levels[top].get('window_s') or 0:.0f}s ({'; '.join(found.broken[top])})"
         if (held := await _tried(found, hold, top)) is None:
             return _stop(found)
@@ -450,23 +467,24 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
             found.notes.append(f"; {short}, then held {found.holds[top].get('window_s') or 0:.0f}s on the same server")
             return False
         found.notes.append(f"; {short} and did not hold {found.holds[top].get('window_s') or 0:.0f}s either")
-    if found.held in found.holds:
-        low, high = found.held, found.ceiling
-        if high is None or step.bracketed(low, high) or not step.spent() or len(found.holds) >= most:
-            return _stop(found)
+    left = most - len(found.holds)
+    confirmed = [lv for lv, summary in found.holds.items() if not found.hold_broken[lv]]
+    low, high = max(confirmed, default=found.held), found.ceiling
+    if step.spent() and high is not None and not step.bracketed(low, high) and left >= (1 if confirmed else 2):
         level = step.middle(low, high)
+        what = f"; the level budget spent, the bracket {low:g}-{high:g} {unit} bisected by a hold: {level:g}"
         if (held := await _tried(found, hold, level)) is None:
             return _stop(found)
-        what = f"; the level budget spent, the bracket {low:g}-{high:g} {unit} bisected by a hold: {level:g}"
         if held:
             found.notes.append(f"{what} held {found.holds[level].get('window_s') or 0:.0f}s")
-            return False
-        found.notes.append(
-            f"{what} did not hold {found.holds[level].get('window_s') or 0:.0f}s ({'; '.join(found.hold_broken[level])})"
-        )
-        _below(found, level, step)
+        else:
+            broke = "; ".join(found.hold_broken[level])
+            found.notes.append(f"{what} did not hold {found.holds[level].get('window_s') or 0:.0f}s ({broke})")
+            _below(found, level, step)
         return False
-    if len(found.holds) >= most:
+    if found.held in found.holds:
+        return _stop(found)
+    if left <= 0:
         return _stop(found, _spent(found, most, unit))
     level = found.held
     if (held := await _tried(found, hold, level)) is None:
@@ -477,7 +495,7 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
     found.notes.append(
         f"; {level:g} {unit} did not hold {found.holds[level].get('window_s') or 0:.0f}s ({'; '.join(found.hold_broken[level])})"
     )
-    if len(found.holds) >= most:  # no hold left for a level below: stop here
+    if left <= 1:  # no hold left for a level below: stop here
         return _stop(found, _spent(found, most, unit))
     _below(found, level, step)
     return False
@@ -531,6 +549,7 @@ async def search(
 
     step = _Step(
         "clients",
+        spec.resolution,
         below=lambda lv: lv - resolved(lv) + 1,
         bracketed=lambda low, high: high - low <= resolved(low),
         middle=lambda low, high: int((low + high) // 2),
@@ -592,6 +611,7 @@ async def search_rate(
     resolution = spec.resolution or 0.1
     step = _Step(
         "requests/s",
+        resolution,
         below=lambda lv: lv * (1 - resolution),
         bracketed=lambda low, high: bool(low) and high - low <= resolution * low,
         middle=lambda low, high: (low + high) / 2,
