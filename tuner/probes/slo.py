@@ -468,7 +468,7 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
             return False
         found.notes.append(f"; {short} and did not hold {found.holds[top].get('window_s') or 0:.0f}s either")
     left = most - len(found.holds)
-    confirmed = [lv for lv, summary in found.holds.items() if not found.hold_broken[lv]]
+    confirmed = [lv for lv in found.holds if not found.hold_broken[lv]]
     low, high = max(confirmed, default=found.held), found.ceiling
     if step.spent() and high is not None and not step.bracketed(low, high) and left >= (1 if confirmed else 2):
         level = step.middle(low, high)
