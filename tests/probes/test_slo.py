@@ -377,6 +377,14 @@ def _replay(stored: dict[str, Any], calls: list[tuple[str, float]], unstored_lev
     return asyncio.run(search_rate(measure, ITL_BOUND, spec, hold=hold))
 
 
+def _until_unmeasured(stored: dict[str, Any], unstored_level: str | None = None) -> list[tuple[str, float]]:
+    """The calls of a replay (:func:`_replay`) up to the hold the committed tune never ran, which ends it."""
+    calls: list[tuple[str, float]] = []
+    with pytest.raises(_Unmeasured):
+        _replay(stored, calls, unstored_level)
+    return calls
+
+
 def test_the_h100_search_replays_to_80_with_88_the_server_s_break() -> None:
     """The committed H100 tune (docs/goodput.md, sixth session; SGLang 0.5.17): its levels and holds
     replayed through the search. 88/s broke in 10 s, its hold broke too (TTFT p99 11.3 s, 1,017
@@ -418,9 +426,7 @@ def test_the_slower_h100_search_holds_a_resolution_below_a_broken_hold_and_stops
     _, attrs = _committed("h100-sglang-2026-12-06f")
     stored = attrs["slo"]
     assert attrs["host"]["loop_ms"] > 2 * 15.28  # the sixth session's host: 15.28 ms
-    calls: list[tuple[str, float]] = []
-    with pytest.raises(_Unmeasured):
-        _replay(stored, calls, unstored_level="40")
+    calls = _until_unmeasured(stored, unstored_level="40")
     assert calls[:6] == [*(("level", r) for r in (32, 64, 48, 56, 52)), ("hold", 52)]  # 56: saturated, not held
     kind, second = calls[-1]
     assert kind == "hold" and 52 * 0.9 * 0.9 <= second < 52 * 0.9 and all(r < 52 * 0.9 for _, r in calls[6:])
@@ -444,9 +450,7 @@ def test_a_wide_bracket_holds_the_answer_before_the_level_far_above_and_a_hold_l
     _, attrs = _committed("h100-sglang-2026-12-07")
     stored = attrs["slo"]
     assert attrs["metrics"]["slo.rate"] == 32 and [*stored["holds"]] == ["32", "48", "64"]
-    calls: list[tuple[str, float]] = []
-    with pytest.raises(_Unmeasured):
-        _replay(stored, calls)
+    calls = _until_unmeasured(stored)
     assert calls == [
         *(("level", r) for r in (32, 16, 24, 28, 30)),
         ("hold", 32),
@@ -480,9 +484,7 @@ def test_the_h200_tune_holds_no_saturated_level_and_its_holds_left_bisect_the_op
     _, attrs = _committed("h200-sglang-2026-12-07")
     stored = attrs["slo"]
     assert attrs["metrics"]["slo.rate"] == 32 and [*stored["holds"]] == ["32", "68", "72"]
-    calls: list[tuple[str, float]] = []
-    with pytest.raises(_Unmeasured):
-        _replay(stored, calls)
+    calls = _until_unmeasured(stored)
     assert calls == [*(("level", r) for r in (32, 64, 128, 96, 80, 72, 68)), ("hold", 68), ("hold", pytest.approx(46.6))]
 
     stored["holds"]["46.6"] = stored["holds"]["68"]

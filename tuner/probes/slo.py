@@ -374,8 +374,8 @@ class Search:
         through the window, not stalled in it, and a hold would read the same break over a minute
         (SGLang: the holds of 88, 56, 64 and 72 requests/s, such levels on four hosts, all broke)."""
         summary = self.levels.get(level) or {}
-        done, sent = summary.get("completion_rate"), summary.get("achieved_rate")
-        return done is not None and sent is not None and float(done) < (1 - share) * float(sent)
+        done, sent = completions(summary), summary.get("achieved_rate")
+        return done is not None and sent is not None and done < (1 - share) * float(sent)
 
     def figures(self, level: float) -> dict[str, Any]:
         """A level's figures: its hold's where it held one, else its search level's."""
