@@ -1,0 +1,18 @@
+#!/bin/bash
+# ON the device, one call per carry (the 64-MiB carry holds the working tree and one ~23-MB half part
+# with one more piece): copies whatever parts this call carried into /tmp, where the install call
+# finds them (/tmp stays while the machine is warm). The halves come from scripts/device-halves.sh.
+#   bash scripts/device-stash.sh            # after each carry; JOIN=1 on the last: joins the halves
+set -u
+mkdir -p /tmp/h /tmp/sg
+for d in .gpu/sg/h*; do [ -f "$d/x" ] && cp "$d/x" "/tmp/h/$(basename "$d")"; done
+for f in .gpu/sg/p0/model-kit.tar.xz .gpu/sg/p0/SHA256SUMS .gpu/sg/p4/sglang0517.tar.xz.part04; do
+  [ -f "$f" ] && cp "$f" /tmp/sg/
+done
+for i in 0 1 2 3 4; do [ -d ".gpu/mg/$i" ] && mkdir -p "/tmp/mg$i" && cp ".gpu/mg/$i"/* "/tmp/mg$i/"; done
+[ -d .gpu/deps/d0 ] && mkdir -p /tmp/gd0 && cp .gpu/deps/d0/* /tmp/gd0/
+if [ -n "${JOIN:-}" ]; then
+  for i in 0 1 2 3; do cat "/tmp/h/h${i}a" "/tmp/h/h${i}b" > "/tmp/sg/sglang0517.tar.xz.part0$i" || exit 1; done
+  (cd /tmp/sg && grep part SHA256SUMS | sha256sum -c --quiet) || exit 1
+fi
+ls /tmp/h /tmp/sg /tmp | tr '\n' ' '; echo
