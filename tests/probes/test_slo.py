@@ -553,3 +553,41 @@ def test_a_hold_with_no_time_left_is_not_run_and_the_stop_reason_says_so() -> No
     found = asyncio.run(search_rate(measure, ITL_BOUND, spec, hold=once))
     assert [c for c in calls if c[0] != "level"] == [("hold", 32), ("no time", 40)] and found.answer == 32
     assert "then held 60s on the same server; no time was left for a hold at 40" in found.stop_reason, found.stop_reason
+
+
+def test_a_level_with_no_time_left_is_not_run_and_the_search_keeps_what_it_measured() -> None:
+    """A level runs only where its longest window ends before the trial's limit (a trial cut at its
+    limit keeps nothing): the search stops there with the levels it has, and says why."""
+    from tuner.base import clock
+    from tuner.probes.slo import HOLD_TAIL_S
+
+    probe = SloProbe(SloProbeSpec(), LoadProbeSpec(duration=5.0, max_duration=10.0))
+    assert probe._level_fits()  # no limit bound
+    with clock.limit(10.0 + HOLD_TAIL_S + 1):
+        assert probe._level_fits()
+    with clock.limit(10.0 + HOLD_TAIL_S - 1):
+        assert not probe._level_fits()
+
+    calls: list[int] = []
+    inner = _server(5, calls)
+
+    async def until_late(level: int) -> dict[str, Any] | None:
+        return await inner(level) if len(calls) < 3 else None
+
+    found = asyncio.run(search(until_late, TARGETS, SloProbeSpec(max_levels=10), 64, {}))
+    assert calls == [1, 2, 4] and found.held == 4 and found.late == 8, (calls, found.late)
+    assert found.stop_reason == "no time was left for a level at 8 before the trial's limit: 4 clients hold the SLO"
+
+    measured: list[float] = []
+
+    async def rate_until_late(rate: float) -> dict[str, Any] | None:
+        if len(measured) == 3:
+            return None
+        measured.append(rate)
+        return {"ttft_p99": 0.1 if rate < 100 else 2.0, "itl_p99": 0.05, "error_rate": 0.0, "output_tok_s": rate}
+
+    found = asyncio.run(search_rate(rate_until_late, TARGETS, SloProbeSpec(mode="rate", start_rate=32, max_levels=8)))
+    assert measured == [32, 64, 128] and found.held == 64 and found.late == 96, (measured, found.late)
+    assert found.stop_reason == (
+        "no time was left for a level at 96 before the trial's limit: 64 requests/s hold the SLO, 128 break it"
+    ), found.stop_reason

@@ -25,7 +25,8 @@ growing queue or a p99 over its target (on the H200, SGLang's own bench held 1.1
 level above had broken on its growth); a hold that holds makes it no break. Where the level budget
 ran out with the bracket wide, holds bisect it (from the highest level whose hold held), keeping
 one for the answer. A hold runs only where it ends before the trial's time limit (:mod:`tuner.base.clock`; its
-window cut to what is left): a trial cut at its limit keeps nothing. The answer is the largest level
+window cut to what is left), a level only where its longest window does (else the search stops
+there, and says so): a trial cut at its limit keeps nothing. The answer is the largest level
 that held, and held its hold where one is asked for: ``concurrency``, its ``goodput`` (output tok/s
 there, with its batch-means CI: the hold's where it ran) and its latencies; ``concurrency_violated``
 is the smallest level that broke the SLO (the answer lies in between). Every level starts on a
@@ -141,9 +142,11 @@ class SloProbe(Probe):
         async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
             prompts = await self.load.prompts(client, server)
 
-            async def measure(level: int) -> dict[str, Any]:
-                progress.report(f"slo: {level} concurrent clients ({len(measured) + 1}/{spec.max_levels} levels)")
+            async def measure(level: int) -> dict[str, Any] | None:
                 settled = await self.load.settle(client, server)
+                if not self._level_fits():
+                    return None
+                progress.report(f"slo: {level} concurrent clients ({len(measured) + 1}/{spec.max_levels} levels)")
                 measured[level] = self.stamped({**await self.load.level(client, server, prompts, level), **settled})
                 return measured[level]
 
@@ -168,9 +171,11 @@ class SloProbe(Probe):
             prompts = await self.load.prompts(client, server)
             with Senders() as senders:
 
-                async def measure(rate: float) -> dict[str, Any]:
-                    progress.report(f"slo: {rate:.3g} requests/s ({len(measured) + 1}/{spec.max_levels} levels)")
+                async def measure(rate: float) -> dict[str, Any] | None:
                     settled = await self.load.settle(client, server)
+                    if not self._level_fits():
+                        return None
+                    progress.report(f"slo: {rate:.3g} requests/s ({len(measured) + 1}/{spec.max_levels} levels)")
                     summary = await self.load.rate_level(senders, server, prompts, rate, seed=len(measured))
                     measured[rate] = self.stamped({**summary, **settled})
                     return measured[rate]
@@ -191,6 +196,13 @@ class SloProbe(Probe):
         details = {"levels": levels, "holds": _holds(outcome), "stop_reason": outcome.stop_reason, "mode": "rate"}
         logger.info("slo: %.3g requests/s hold the SLO (%s)", outcome.answer, outcome.stop_reason)
         return ProbeResult(self.name, _metrics(outcome, "rate", len(measured), spec.max_rate or 0.0), details)
+
+    def _level_fits(self) -> bool:
+        """Whether a level's longest window (``probes.load.max_duration``) ends :data:`HOLD_TAIL_S`
+        before the trial's time limit (:mod:`tuner.base.clock`); where not, the search stops with
+        what it measured (a trial cut at its limit keeps nothing)."""
+        left = clock.left()
+        return left is None or left - HOLD_TAIL_S >= self.load.spec.max_duration
 
     def _bound(self, server: ServerHandle) -> tuple[int, str]:
         """The most clients worth trying: what the KV pool holds at the workload's tokens per
@@ -334,6 +346,7 @@ class Search:
         self.stop_reason = ""
         self.reach: float | None = None
         self.reach_from: float | None = None
+        self.late: float | None = None  # the level the trial's time limit left no room for
         for level, summary in known.items():
             self.add(level, summary)
 
@@ -515,6 +528,13 @@ def _below(found: Search, level: float, step: _Step) -> None:
             found.reach, found.reach_from = reach, level
 
 
+def _levels_spent(found: Search, spec: SloProbeSpec) -> str:
+    """Why the levels ended before the bracket closed: the trial's time limit, or the level budget."""
+    if found.late is not None:
+        return f"no time was left for a level at {found.late:g} before the trial's limit"
+    return f"level budget spent ({spec.max_levels} levels)"
+
+
 def _spent(found: Search, most: int, unit: str) -> str:
     """The stop reason's end once the holds are spent: the answer where a level below the broken
     holds held its own (its :attr:`Search.answer`), else none."""
@@ -524,7 +544,7 @@ def _spent(found: Search, most: int, unit: str) -> str:
 
 
 async def search(
-    measure: Callable[[int], Awaitable[dict[str, Any]]],
+    measure: Callable[[int], Awaitable[dict[str, Any] | None]],
     targets: SloTargets,
     spec: SloProbeSpec,
     bound: int,
@@ -541,8 +561,11 @@ async def search(
 
     async def run(level: int) -> None:
         nonlocal runs
+        if (summary := await measure(level)) is None:
+            found.late = level
+            return
         runs += 1
-        found.add(level, await measure(level))
+        found.add(level, summary)
 
     def resolved(low: float) -> int:
         return max(1, int(spec.resolution * low))
@@ -553,7 +576,7 @@ async def search(
         below=lambda lv: lv - resolved(lv) + 1,
         bracketed=lambda low, high: high - low <= resolved(low),
         middle=lambda low, high: int((low + high) // 2),
-        spent=lambda: runs >= spec.max_levels,
+        spent=lambda: runs >= spec.max_levels or found.late is not None,
     )
     while True:
         await _closed_search(found, run, step, spec, bound, bound_from)
@@ -587,13 +610,17 @@ async def _closed_search(
         if spent():
             break
         await run(int(step.middle(low, high)))
-    found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.0f} clients hold the SLO" + (
+    found.stop_reason = f"{_levels_spent(found, spec)}: {found.held:.0f} clients hold the SLO" + (
         f", {found.broke:.0f} break it" if found.broke is not None else ""
     )
 
 
 async def search_rate(
-    measure: Callable[[float], Awaitable[dict[str, Any]]], targets: SloTargets, spec: SloProbeSpec, *, hold: Hold | None = None
+    measure: Callable[[float], Awaitable[dict[str, Any] | None]],
+    targets: SloTargets,
+    spec: SloProbeSpec,
+    *,
+    hold: Hold | None = None,
 ) -> Search:
     """The open-loop answer: double the request rate from ``start_rate`` until a rate breaks the
     SLO (or ``max_rate`` holds it), then bisect until the bracket is within ``resolution``
@@ -605,8 +632,11 @@ async def search_rate(
 
     async def run(rate: float) -> None:
         nonlocal runs
+        if (summary := await measure(rate)) is None:
+            found.late = rate
+            return
         runs += 1
-        found.add(rate, await measure(rate))
+        found.add(rate, summary)
 
     resolution = spec.resolution or 0.1
     step = _Step(
@@ -615,7 +645,7 @@ async def search_rate(
         below=lambda lv: lv * (1 - resolution),
         bracketed=lambda low, high: bool(low) and high - low <= resolution * low,
         middle=lambda low, high: (low + high) / 2,
-        spent=lambda: runs >= spec.max_levels,
+        spent=lambda: runs >= spec.max_levels or found.late is not None,
     )
     while True:
         await _rate_search(found, run, step, spec)
@@ -648,7 +678,7 @@ async def _rate_search(found: Search, run: Callable[[float], Awaitable[None]], s
         if spent():
             break
         await run(step.middle(low, high))
-    found.stop_reason = f"level budget spent ({spec.max_levels} levels): {found.held:.3g} requests/s hold the SLO" + (
+    found.stop_reason = f"{_levels_spent(found, spec)}: {found.held:.3g} requests/s hold the SLO" + (
         f", {_above(found, found.ceiling)}" if found.ceiling is not None else ""
     )
 
