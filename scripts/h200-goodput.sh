@@ -16,6 +16,7 @@
 #                                              # the runs it finished are stored also when `timeout` cuts it, and
 #   PHASE=confirm RESUME=1 STEPS=0             # goes on one step below the stored runs' last (the next command)
 #   STUDY=h200-sglang-goodput-rate ...         # SGLang (issue 45): a study named *sglang* installs the SGLang parts (/tmp/sg)
+#   TRIAL_TIMEOUT=450s                         # tune: the space's budget.trial_timeout cut (a copy in /tmp), so that a short DEADLINE keeps the trial
 #   EXECUTOR=inline                            # tune: no Ray (the default where Ray does not import: deps built with NO_RAY=1)
 #   DB=path/study.db                           # any phase: start from this committed study when runs/ has none
 #                                              # (default docs/data/goodput/$STUDY.db)
@@ -44,7 +45,12 @@ fi
 if [ "${PHASE:-tune}" = tune ]; then
   python3 -c "import ray" 2>/dev/null || EXECUTOR=${EXECUTOR:-inline}   # deps built with NO_RAY=1: no Ray to start
   hard=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 25 ))
-  timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "search_spaces/$study.yaml" --no-remeasure \
+  space="search_spaces/$study.yaml"
+  if [ -n "${TRIAL_TIMEOUT:-}" ]; then   # a shorter trial (its probes' clock) where the device time left is short
+    sed "s/^  trial_timeout: .*/  trial_timeout: $TRIAL_TIMEOUT/" "$space" > "/tmp/$study.yaml" && space="/tmp/$study.yaml"
+    grep -n "trial_timeout" "$space"
+  fi
+  timeout --foreground -s TERM -k 30 "$hard" python3 -m tuner run --space "$space" --no-remeasure \
     --study "$study" --timeout "$(( hard - 70 ))s" ${EXECUTOR:+--executor "$EXECUTOR"}
   echo "tune exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner trials --study "$study" --format csv --out "$out/$study-trials.csv"
