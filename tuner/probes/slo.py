@@ -201,8 +201,8 @@ class SloProbe(Probe):
         """Whether a level's longest window (``probes.load.max_duration``) ends :data:`HOLD_TAIL_S`
         before the trial's time limit (:mod:`tuner.base.clock`); where not, the search stops with
         what it measured (a trial cut at its limit keeps nothing)."""
-        left = clock.left()
-        return left is None or left - HOLD_TAIL_S >= self.load.spec.max_duration
+        room = _room()
+        return room is None or room >= self.load.spec.max_duration
 
     def _bound(self, server: ServerHandle) -> tuple[int, str]:
         """The most clients worth trying: what the KV pool holds at the workload's tokens per
@@ -231,14 +231,19 @@ class SloProbe(Probe):
         return ProbeResult(self.name, metrics, details)
 
 
+def _room() -> float | None:
+    """Seconds a level or a hold may measure: the trial's time left (:mod:`tuner.base.clock`) less
+    :data:`HOLD_TAIL_S` for its warm-up and close; None where no limit is bound."""
+    left = clock.left()
+    return None if left is None else left - HOLD_TAIL_S
+
+
 def _fitted(window: Window) -> Window | None:
     """A hold's window as the trial's time limit leaves it (:mod:`tuner.base.clock`): its ``most``
     cut to what ends :data:`HOLD_TAIL_S` before the limit; None where not even its ``least`` fits
     (the hold is not run: a trial cut at its limit keeps nothing it measured)."""
-    left = clock.left()
-    if left is None:
+    if (room := _room()) is None:
         return window
-    room = left - HOLD_TAIL_S
     if room < window.least:
         return None
     return dataclasses.replace(window, most=min(window.most, room))
@@ -528,6 +533,16 @@ def _below(found: Search, level: float, step: _Step) -> None:
             found.reach, found.reach_from = reach, level
 
 
+async def _measured(found: Search, measure: Callable[[Any], Awaitable[dict[str, Any] | None]], level: float) -> bool:
+    """Measure ``level`` and add it (:meth:`Search.add`); False where the trial's limit left no
+    room for it (:attr:`Search.late`: the levels end there)."""
+    if (summary := await measure(level)) is None:
+        found.late = level
+        return False
+    found.add(level, summary)
+    return True
+
+
 def _levels_spent(found: Search, spec: SloProbeSpec) -> str:
     """Why the levels ended before the bracket closed: the trial's time limit, or the level budget."""
     if found.late is not None:
@@ -561,11 +576,8 @@ async def search(
 
     async def run(level: int) -> None:
         nonlocal runs
-        if (summary := await measure(level)) is None:
-            found.late = level
-            return
-        runs += 1
-        found.add(level, summary)
+        if await _measured(found, measure, level):
+            runs += 1
 
     def resolved(low: float) -> int:
         return max(1, int(spec.resolution * low))
@@ -632,11 +644,8 @@ async def search_rate(
 
     async def run(rate: float) -> None:
         nonlocal runs
-        if (summary := await measure(rate)) is None:
-            found.late = rate
-            return
-        runs += 1
-        found.add(rate, summary)
+        if await _measured(found, measure, rate):
+            runs += 1
 
     resolution = spec.resolution or 0.1
     step = _Step(
