@@ -407,6 +407,44 @@ def test_the_h100_search_replays_to_80_with_88_the_server_s_break() -> None:
     assert check["bench"][0]["rate"] == 92 and check["bench"][0]["ttft_p99"] > 60 and check["host"]["cpus"] == 16
 
 
+def _saturating_server(calls: list[tuple[str, float]], holds_to: float) -> tuple[Any, Any]:
+    """SGLang on a slower H100, as its tunes read it: a 10-s level at 32 requests/s reads one stall
+    (ITL p99 61 ms), the 10-s levels up to 52 hold, from 56 the server saturates (it completes half
+    of what it is sent); over a minute only rates up to ``holds_to`` hold."""
+
+    async def measure(rate: float) -> dict[str, Any]:
+        calls.append(("level", rate))
+        figures = _figures(rate, 10.0, itl=0.061 if rate == 32 else 0.03, growth=0.0)
+        if rate >= 56:
+            figures.update(completion_rate=rate / 2, achieved_rate=rate, ttft_p99_censored=3.0)
+        return figures
+
+    async def hold(rate: float) -> dict[str, Any]:
+        calls.append(("hold", rate))
+        return {**_figures(rate, 60.0, itl=0.03 if rate <= holds_to else 0.09, growth=0.0), "decisive": True}
+
+    return measure, hold
+
+
+def test_the_answer_is_the_largest_level_whose_hold_held_not_a_short_level_above_it() -> None:
+    """32 breaks short, 16-30 hold, 32 holds its minute; 64 and 56 saturate, 48 holds 10 s: the level
+    budget (8) is spent. The last of two holds bisects 32-56 at 44 and holds. The answer is 44: 48,
+    which only a 10-s window read as held, is none (stored before: "2 hold(s) spent, none held: no
+    answer", 44's minute thrown away)."""
+    calls: list[tuple[str, float]] = []
+    measure, hold = _saturating_server(calls, holds_to=45)
+    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=8, resolution=0.1, holds=2)
+    found = asyncio.run(search_rate(measure, ITL_BOUND, spec, hold=hold))
+    assert calls == [
+        *(("level", r) for r in (32, 16, 24, 28, 30)),
+        ("hold", 32),
+        *(("level", r) for r in (64, 48, 56)),
+        ("hold", 44),
+    ]
+    assert found.held == 48 and found.answer == 44, found.stop_reason
+    assert found.stop_reason.endswith("; 2 hold(s) spent: 44 requests/s, whose hold held, is the answer")
+
+
 def test_a_level_where_requests_failed_is_not_held_again() -> None:
     calls: list[tuple[str, float]] = []
     measure, hold = _latency_server(calls, stall_to=40, error_from=32)
@@ -471,6 +509,35 @@ def test_a_wide_bracket_holds_the_answer_before_the_level_far_above_and_a_hold_l
     found = _replay(stored, calls)
     assert len([c for c in calls if c[0] == "hold"]) == 3 and found.answer == 32
     assert found.stop_reason.startswith("bracketed: 32 requests/s hold the SLO, the search stays under 33.8"), found.stop_reason
+
+
+def test_the_eleventh_tune_ran_as_the_eighth_s_replay_said_and_replays_to_its_answer() -> None:
+    """The eleventh session's tune (docs/goodput.md; SGLang 0.5.17, the same space, an H100 host like
+    the eighth's, at 28f35b4) ran the levels and holds that the eighth session's tune, replayed,
+    said it would (the test above): 32 broke its 10-s level on its queue's growth (0.97 +- 0.73/s
+    against 0.032/s) with 95 % of its arrivals completed; 16-30 held; 32 held 60 s; 64 broke
+    (saturated), 48 held 10 s; a hold bisected 32-64 at 48 and broke (TTFT p99 1.51 s, every
+    request completed), the last bisected 32-43.2 at 37.6 and held 140 s. Replayed, every level
+    and hold is stored and the answer is 37.6. SGLang's bench then held 37.6 for 5 minutes and
+    43.24 (1.15 x) for 2."""
+    import json
+
+    data, attrs = _committed("h100-sglang-2026-12-07b")
+    stored = attrs["slo"]
+    calls: list[tuple[str, float]] = []
+    found = _replay(stored, calls)
+    assert calls == [
+        *(("level", r) for r in (32, 16, 24, 28, 30)),
+        ("hold", 32),
+        *(("level", r) for r in (64, 48)),
+        ("hold", 48),
+        ("hold", pytest.approx(37.6)),
+    ]
+    assert found.answer == pytest.approx(37.6) == attrs["metrics"]["slo.rate"] and found.broke == 48
+    assert found.saturated(64, 0.1) and not found.saturated(32, 0.1)
+    assert "the bracket 32-43.2 requests/s bisected by a hold: 37.6 held 140s" in found.stop_reason, found.stop_reason
+    bench = json.loads((data / "bench" / "crosscheck.json").read_text())["bench"]
+    assert [(b["rate"], b["broke"]) for b in bench] == [(37.6, []), (43.24, [])]  # 1.15 x held: the answer is not tight
 
 
 def test_the_h200_tune_holds_no_saturated_level_and_its_holds_left_bisect_the_open_bracket() -> None:

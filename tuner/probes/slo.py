@@ -333,7 +333,8 @@ class Search:
     level whose verdict is the client's (:func:`~tuner.probes.load.client_verdict`: its senders
     fell short of the schedule, or ran late where it broke) is neither, and the search goes no
     higher. ``holds``: the hold levels run (a level whose hold broke counts as broken);
-    ``answer``: ``held`` where no hold is asked for, else the largest level whose hold held.
+    ``answer``: ``held`` where no hold is asked for, else the largest level whose hold held (under
+    the ceiling; a level above it that only a short window read as held is no answer).
     ``reach``: where the answer's hold broke at a level, the search stays a resolution below it
     (levels under ``reach``; ``reach_from``: that level): near it a short level held where its hold
     then broke (SGLang on a slower host: 48 and 52 requests/s held 10 s and broke over a minute),
@@ -403,7 +404,8 @@ class Search:
     def answer(self) -> float:
         if not self.hold_asked:
             return self.held
-        return self.held if self.held in self.holds and not self.hold_broken[self.held] else 0
+        ceiling = self.ceiling if self.ceiling is not None else float("inf")
+        return max((lv for lv in self.holds if not self.hold_broken[lv] and lv < ceiling), default=0)
 
     @property
     def held(self) -> float:
