@@ -445,6 +445,21 @@ def test_the_answer_is_the_largest_level_whose_hold_held_not_a_short_level_above
     assert found.stop_reason.endswith("; 2 hold(s) spent: 44 requests/s, whose hold held, is the answer")
 
 
+def test_a_hold_that_breaks_within_a_resolution_above_one_that_held_leaves_the_held_one_the_answer() -> None:
+    """Four holds: 32 held, 48 broke, 37.6 held, then 40.4 (the middle of 37.6-43.2) broke. The
+    search stays a resolution below a broken hold (36.4 here) only where no hold held in between: 37.6
+    held its minute, so 40.4 itself bounds the bracket and the answer is 37.6 (was 32: the
+    resolution below 40.4 put the held 37.6 out of the bracket)."""
+    calls: list[tuple[str, float]] = []
+    measure, hold = _saturating_server(calls, holds_to=40)
+    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, holds=4)
+    found = asyncio.run(search_rate(measure, ITL_BOUND, spec, hold=hold))
+    holds = [32, 48, pytest.approx(37.6), pytest.approx(40.4)]
+    assert [c for c in calls if c[0] == "hold"] == [("hold", h) for h in holds]
+    assert found.answer == pytest.approx(37.6) and found.reach is not None and found.reach == pytest.approx(48 * 0.9)
+    assert found.stop_reason.startswith("bracketed: 37.6 requests/s hold the SLO, 40.4 break it"), found.stop_reason
+
+
 def test_a_level_where_requests_failed_is_not_held_again() -> None:
     calls: list[tuple[str, float]] = []
     measure, hold = _latency_server(calls, stall_to=40, error_from=32)

@@ -528,11 +528,16 @@ def _stop(found: Search, end: str = "") -> bool:
 
 
 def _below(found: Search, level: float, step: _Step) -> None:
-    """A hold at ``level`` broke: the search stays a resolution below it (not where the client was why)."""
-    if level not in found.client_bound:
-        reach = step.below(level)
-        if found.reach is None or reach < found.reach:
-            found.reach, found.reach_from = reach, level
+    """A hold at ``level`` broke: the search stays a resolution below it (not where the client was
+    why, nor where a hold held in that resolution: a minute that held is no short level's reading,
+    and the broken hold itself then bounds the bracket)."""
+    if level in found.client_bound:
+        return
+    reach = step.below(level)
+    if any(reach <= lv < level and not broke for lv, broke in found.hold_broken.items()):
+        return
+    if found.reach is None or reach < found.reach:
+        found.reach, found.reach_from = reach, level
 
 
 async def _measured(found: Search, measure: Callable[[Any], Awaitable[dict[str, Any] | None]], level: float) -> bool:

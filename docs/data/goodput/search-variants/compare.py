@@ -1,6 +1,7 @@
 """The open-loop SLO search as it is against two variants (docs/goodput.md, eleventh session), on
 the suite's synthetic servers (tests/probes/test_slo.py): the answer, the levels and the holds
-each runs, with the space's budget (7 levels, 3 holds, resolution 10 %, start 32 requests/s).
+each runs, with the space's budget (7 levels, 3 holds, resolution 10 %, start 32 requests/s), and
+the search as it is with a fourth hold.
 
     python docs/data/goodput/search-variants/compare.py > docs/data/goodput/search-variants/compare.txt
 
@@ -47,17 +48,19 @@ def main() -> None:
         ("growth stall, holds to 27", lambda c: _growth_server(c, holds_at=27)),
     ]
     with tempfile.TemporaryDirectory() as tmp:
+        as_it_is = _module("as_it_is", None, Path(tmp))
         designs = {
-            "as it is": _module("as_it_is", None, Path(tmp)),
-            "near step": _module("near_step", HERE / "near-step.patch", Path(tmp)),
-            "near step, holds bisect": _module("near_step_holds", HERE / "near-step-holds-bisect.patch", Path(tmp)),
+            "as it is": (as_it_is, 3),
+            "near step": (_module("near_step", HERE / "near-step.patch", Path(tmp)), 3),
+            "near step, holds bisect": (_module("near_step_holds", HERE / "near-step-holds-bisect.patch", Path(tmp)), 3),
+            "as it is, 4 holds": (as_it_is, 4),
         }
-        spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1)
         print("| server | " + " | ".join(designs) + " |")
         print("|---" * (len(designs) + 1) + "|")
         for name, make in servers:
             cells = []
-            for module in designs.values():
+            for module, holds in designs.values():
+                spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, holds=holds)
                 calls: list[tuple[str, float]] = []
                 measure, hold = make(calls)
                 found = asyncio.run(module.search_rate(measure, ITL_BOUND, spec, hold=hold))
