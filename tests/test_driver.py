@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import threading
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any
 
@@ -491,6 +494,57 @@ def test_a_deadline_launches_a_trial_only_while_it_and_the_end_fit(tmp_path: Pat
     (tmp_path / "late").mkdir()
     late, _ = _deadline_run(tmp_path / "late", Deadline(at=-1.0, seconds=60.0, estimate_s=0.4))
     assert late.launched == 0 and late.stop_reason.startswith("the deadline (1m00s, budget.deadline)")
+
+
+class _Slow(_Timed):
+    """Trials that take ``seconds``, longer than the run's deadline leaves them; records the
+    ``budget.trial_timeout`` each was launched with (what its probes' clock counts down from)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(max_parallel=1, seconds=seconds)
+        self.limits: list[float | None] = []
+
+    def submit(self, space, params, trial_dir, partition, ledger=None):
+        self.limits.append(space.budget.trial_timeout)
+        future: Future = Future()
+        ended = StartupFailed("no engine here", evidence=Evidence(argv=("engine",), elapsed_s=self.seconds, signature="scripted"))
+
+        def end() -> None:
+            with contextlib.suppress(InvalidStateError):  # cancelled before: it has ended
+                future.set_exception(ended)
+
+        threading.Timer(self.seconds, end).start()
+        return future
+
+    def cancel(self, future, *, force: bool) -> None:  # a forced cancel ends the run at once
+        if force and not future.done():
+            future.set_exception(InfrastructureError("cancelled"))
+
+
+def test_a_trial_is_stopped_where_the_deadline_comes_and_its_config_queued_for_the_next_run(tmp_path: Path) -> None:
+    """A deadline 2 s away and a first trial estimated at 0.1 s: it launches, with 2 s as its
+    trial_timeout (its probes' clock), takes 4 s, and is stopped at the deadline: recorded as the
+    run's doing, not the config's (no trial_timeout signature), and its params queued again. The
+    run ends soon after the deadline (the 4-s trial never ran out), and nothing else launches."""
+    import time
+
+    raw = tiny_space(name="due")
+    raw["enqueue"] = [{"ctx-size": 2048}]
+    space = validate(raw, "due.yaml")
+    objective = objectives.load(space.objectives)
+    study = open_study(space, objective, name="due", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", source="due.yaml")
+    executor = _Slow(seconds=4.0)
+    began = time.monotonic()
+    deadline = Deadline(at=began + 2.0, seconds=2.0, estimate_s=0.1)
+    driver = Driver(space, study, objective, RunDir(tmp_path / "due"), executor, trials=3, deadline=deadline)
+    summary = driver.run()
+    assert time.monotonic() - began < 4.0 and summary.launched == 1, summary
+    assert len(executor.limits) == 1 and executor.limits[0] is not None and 1.5 < executor.limits[0] <= 2.0
+    stopped, queued = study.get_trials()
+    assert stopped.state == TrialState.FAIL and "what budget.deadline left it" in str(stopped.user_attrs), stopped.user_attrs
+    assert "trial_timeout" not in str(stopped.user_attrs)
+    assert queued.state == TrialState.WAITING and queued.system_attrs["fixed_params"] == stopped.params
+    assert summary.stop_reason.startswith("the deadline (2s, budget.deadline) leaves no room"), summary.stop_reason
 
 
 def test_a_deadline_with_room_leaves_the_trial_budget_in_charge(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 (:func:`tuner.orchestration.validate.remeasure`).
 
 - a partition whose GPUs some process holds before the launch is refused and quarantined;
-- a job past its time limit is cancelled (forced) and what the ledger holds of it is stopped;
+- a job past its time limit is cancelled (forced) and what the ledger holds of it is stopped; a
+  launch may bring a shorter limit of its own (what a run's deadline leaves it), which its trial's
+  probes see as ``budget.trial_timeout`` (:mod:`tuner.base.clock`);
 - a stop cancels every job (its own teardown first, then forced) and sweeps the ledger;
 - a partition comes back to the pool only once its GPUs' memory is back near the baseline.
 """
@@ -32,13 +34,17 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Job:
-    """One launch in flight: ``key`` is the caller's (a trial, a re-measurement's label and run)."""
+    """One launch in flight: ``key`` is the caller's (a trial, a re-measurement's label and run);
+    ``limit``: the seconds it may run (None: no limit), ``limit_from`` what set it where not the
+    scheduler's own limit."""
 
     key: Any
     partition: Partition
     trial_dir: Path
     began: float
     timed_out: bool = False
+    limit: float | None = None
+    limit_from: str = ""
 
 
 class Scheduler:
@@ -77,10 +83,19 @@ class Scheduler:
         return trial_size(self.space.hardware.per_trial, dict(params))
 
     def launch(
-        self, key: Any, params: Mapping[str, Any], trial_dir: Path, *, on_partition: Callable[[Partition], None] | None = None
+        self,
+        key: Any,
+        params: Mapping[str, Any],
+        trial_dir: Path,
+        *,
+        on_partition: Callable[[Partition], None] | None = None,
+        limit: tuple[float, str] | None = None,
     ) -> Job | None:
         """Start ``params`` on a free partition of its size; None when none is free (or every free
-        one is refused). ``on_partition`` runs once the partition is taken, before the launch."""
+        one is refused). ``on_partition`` runs once the partition is taken, before the launch.
+        ``limit``: seconds and what sets them (``"budget.deadline"``), where shorter than the
+        scheduler's own limit: the job is stopped there, and its trial runs with that
+        ``budget.trial_timeout``, so that its probes end before it."""
         partition = self.pool.acquire(self.size(params))
         while partition is not None and self._refused(partition):
             partition = self.pool.acquire(self.size(params))  # the next free one; the refused one is quarantined
@@ -88,9 +103,13 @@ class Scheduler:
             return None
         if on_partition is not None:
             on_partition(partition)
-        job = Job(key, partition, trial_dir, time.monotonic())
+        job = Job(key, partition, trial_dir, time.monotonic(), limit=self.time_limit)
+        space = self.space
+        if limit is not None and (self.time_limit is None or limit[0] < self.time_limit):
+            job.limit, job.limit_from = max(0.0, limit[0]), limit[1]
+            space = space.model_copy(update={"budget": space.budget.model_copy(update={"trial_timeout": job.limit})})
         self.launching = job
-        future = self.executor.submit(self.space, dict(params), trial_dir, partition, self.ledger)
+        future = self.executor.submit(space, dict(params), trial_dir, partition, self.ledger)
         self.running[future] = job
         self.launching = None
         return job
@@ -123,13 +142,12 @@ class Scheduler:
         return ended
 
     def enforce_time_limit(self) -> None:
-        if self.time_limit is None:
-            return
         now = time.monotonic()
         for future, job in list(self.running.items()):
-            if not job.timed_out and now - job.began > self.time_limit:
+            if job.limit is not None and not job.timed_out and now - job.began > job.limit:
                 job.timed_out = True
-                logger.warning("%s passed its %.0fs limit: stopping it", job.trial_dir, self.time_limit)
+                why = f" ({job.limit_from})" if job.limit_from else ""
+                logger.warning("%s passed its %.0fs limit%s: stopping it", job.trial_dir, job.limit, why)
                 self.executor.cancel(future, force=True)
                 self.sweep(job)
 

@@ -7,7 +7,8 @@ first answer (:data:`FIRST_ANSWER` trials), while the fresh-server runs planned 
 fit after it too; each is taken at the longest trial this run has seen (before the first ends:
 the plan's estimate, :func:`tuner.orchestration.dryrun.launch_seconds`). The reference run before the search is
 left out where it would leave no room for the first answer. A machine twice as slow runs fewer
-trials, and the run says how many the deadline allowed.
+trials, and the run says how many the deadline allowed. A trial runs no longer than the deadline
+leaves it (:meth:`Deadline.trial_limit`): it is stopped there, its probes ending before it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ class Deadline:
         """Whether one more trial fits before the deadline, and the end's runs after it once the
         study has :data:`FIRST_ANSWER` finished trials: an answer first, its re-measurement after."""
         return self.left(now) >= self.launch_s + (self.end_s() if finished >= FIRST_ANSWER else 0.0)
+
+    def trial_limit(self, finished: int, now: float | None = None) -> float:
+        """The seconds a trial launched now may run: to the deadline, less the end's runs once the
+        study has :data:`FIRST_ANSWER` trials (as :meth:`room_for_trial` counts them). A trial
+        launched with room ends by it even where it outruns the longest seen (a slower machine,
+        a longer plan)."""
+        return max(0.0, self.left(now) - (self.end_s() if finished >= FIRST_ANSWER else 0.0))
 
     def room_for_reference(self, now: float | None = None) -> bool:
         """Whether the reference run before the search, the first answer's trials and the end's

@@ -308,7 +308,11 @@ class Driver:
         def launched(partition: Partition) -> None:
             mark_launched(trial, partition.devices)
 
-        return self.scheduler.launch(trial, params, self.run_dir.trial(trial.number), on_partition=launched) is not None
+        limit = None
+        if self.deadline is not None:  # a trial runs no longer than the deadline leaves it
+            limit = (self.deadline.trial_limit(self.finished() + len(self._running)), "what budget.deadline left it")
+        trial_dir = self.run_dir.trial(trial.number)
+        return self.scheduler.launch(trial, params, trial_dir, on_partition=launched, limit=limit) is not None
 
     def _stop_reason(self, in_flight: int) -> str:
         if self._stop_requested:
@@ -428,7 +432,10 @@ class Driver:
     def _finish(self, future: Future[TrialOutcome], job: Job, summary: RunSummary) -> None:
         trial: optuna.Trial = job.key
         error = future.exception()
-        if job.timed_out:
+        cut = job.timed_out and bool(job.limit_from)  # the run's deadline, not the config, ended it
+        if cut:
+            error = InfrastructureError(f"stopped after {job.limit or 0:.0f}s, {job.limit_from}")
+        elif job.timed_out:
             error = TrialTimeout(
                 f"trial outran its {self.trial_timeout:.0f}s limit",
                 evidence=Evidence(argv=_argv(job.trial_dir), elapsed_s=time.monotonic() - job.began, signature="trial_timeout"),
@@ -437,6 +444,8 @@ class Driver:
         if error is not None and not isinstance(error, TunerError):
             logger.error("trial %d: unexpected %s", trial.number, error, exc_info=error)
         state, text, evaluation = record(self.study, trial, self.run_dir, self.objective, outcome=outcome, error=error)
+        if cut and requeue(self.study, trial):
+            logger.info("trial %d was stopped at the run's deadline: its params are queued for the next run", trial.number)
         wall = time.monotonic() - job.began
         self._durations.append(wall)
         if self.deadline is not None:
