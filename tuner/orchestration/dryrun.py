@@ -132,8 +132,9 @@ def trial_timeout_line(space: SearchSpace) -> str | None:
     levels = f", {slo.max_levels} SLO levels" if slo is not None else ""
     return (
         f"note: budget.trial_timeout {format_duration(limit)} is shorter than the longest trial this space plans "
-        f"(~{format_duration(longest)}: start ~{start:.0f}s, load levels{levels}{held}): a trial that needs them all "
-        "is cut at the limit and recorded as timed out, with its evidence"
+        f"(~{format_duration(longest)}: start ~{start:.0f}s, load levels{levels}{held}): the SLO search runs only the "
+        "levels and holds that end before it and says what it left out; a trial still running at the limit is cut "
+        "there and recorded as timed out, with its evidence"
     )
 
 
