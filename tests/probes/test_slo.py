@@ -357,10 +357,10 @@ def _committed(session: str) -> tuple[Path, dict[str, Any]]:
     return data, study.trials[0].user_attrs
 
 
-def _replay(stored: dict[str, Any], calls: list[tuple[str, float]], unstored_level: str | None = None) -> Search:
+def _replay(stored: dict[str, Any], calls: list[tuple[str, float]], unstored_level: str | None = None, holds: int = 3) -> Search:
     """The committed tune's levels and holds replayed through the open-loop search (its space's
-    spec and SLO); a level it did not store reads as ``unstored_level``'s, a hold it did not run
-    raises :class:`_Unmeasured`."""
+    spec and SLO at the time: 3 holds, else ``holds``); a level it did not store reads as
+    ``unstored_level``'s, a hold it did not run raises :class:`_Unmeasured`."""
 
     async def measure(rate: float) -> dict[str, Any]:
         calls.append(("level", rate))
@@ -373,15 +373,15 @@ def _replay(stored: dict[str, Any], calls: list[tuple[str, float]], unstored_lev
             raise _Unmeasured(rate)
         return dict(stored["holds"][f"{rate:g}"])
 
-    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180)
+    spec = SloProbeSpec(mode="rate", start_rate=32, max_levels=7, resolution=0.1, hold=60, hold_max=180, holds=holds)
     return asyncio.run(search_rate(measure, ITL_BOUND, spec, hold=hold))
 
 
-def _until_unmeasured(stored: dict[str, Any], unstored_level: str | None = None) -> list[tuple[str, float]]:
+def _until_unmeasured(stored: dict[str, Any], unstored_level: str | None = None, holds: int = 3) -> list[tuple[str, float]]:
     """The calls of a replay (:func:`_replay`) up to the hold the committed tune never ran, which ends it."""
     calls: list[tuple[str, float]] = []
     with pytest.raises(_Unmeasured):
-        _replay(stored, calls, unstored_level)
+        _replay(stored, calls, unstored_level, holds)
     return calls
 
 
@@ -553,6 +553,11 @@ def test_the_eleventh_tune_ran_as_the_eighth_s_replay_said_and_replays_to_its_an
     assert "the bracket 32-43.2 requests/s bisected by a hold: 37.6 held 140s" in found.stop_reason, found.stop_reason
     bench = json.loads((data / "bench" / "crosscheck.json").read_text())["bench"]
     assert [(b["rate"], b["broke"]) for b in bench] == [(37.6, []), (43.24, [])]  # 1.15 x held: the answer is not tight
+
+    # with the space's 4 holds now, the fourth bisects 37.6-43.2 at 40.4, which no tune has run
+    calls = _until_unmeasured(stored, holds=4)
+    holds = [c for c in calls if c[0] == "hold"]
+    assert holds == [("hold", 32), ("hold", 48), ("hold", pytest.approx(37.6)), ("hold", pytest.approx(40.4))]
 
 
 def test_the_h200_tune_holds_no_saturated_level_and_its_holds_left_bisect_the_open_bracket() -> None:
