@@ -405,7 +405,12 @@ class Search:
         if not self.hold_asked:
             return self.held
         ceiling = self.ceiling if self.ceiling is not None else float("inf")
-        return max((lv for lv in self.holds if not self.hold_broken[lv] and lv < ceiling), default=0)
+        return max((lv for lv in self.confirmed if lv < ceiling), default=0)
+
+    @property
+    def confirmed(self) -> list[float]:
+        """The levels whose hold held."""
+        return [lv for lv, broke in self.hold_broken.items() if not broke]
 
     @property
     def held(self) -> float:
@@ -488,7 +493,7 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
             return False
         found.notes.append(f"; {short} and did not hold {found.holds[top].get('window_s') or 0:.0f}s either")
     left = most - len(found.holds)
-    confirmed = [lv for lv in found.holds if not found.hold_broken[lv]]
+    confirmed = found.confirmed
     low, high = max(confirmed, default=found.held), found.ceiling
     if step.spent() and high is not None and not step.bracketed(low, high) and left >= (1 if confirmed else 2):
         level = step.middle(low, high)
@@ -534,7 +539,7 @@ def _below(found: Search, level: float, step: _Step) -> None:
     if level in found.client_bound:
         return
     reach = step.below(level)
-    if any(reach <= lv < level and not broke for lv, broke in found.hold_broken.items()):
+    if any(reach <= lv < level for lv in found.confirmed):
         return
     if found.reach is None or reach < found.reach:
         found.reach, found.reach_from = reach, level
