@@ -560,6 +560,39 @@ def test_the_eleventh_tune_ran_as_the_eighth_s_replay_said_and_replays_to_its_an
     assert holds == [("hold", 32), ("hold", 48), ("hold", pytest.approx(37.6)), ("hold", pytest.approx(40.4))]
 
 
+def test_the_twelfth_tune_s_fourth_hold_gave_its_answer_which_broke_over_minutes() -> None:
+    """The twelfth session's tune (docs/goodput.md; the space's 4 holds, an H100 like the eleventh's,
+    at f42e871): 32 held its 10-s level, 64 broke, 48, 56 and 60 read held in 10 s; the holds went
+    down from the top, 60, 56 and 48 each broke, then 37.6 and 40.4 held their 10-s levels and the
+    fourth hold, 40.4, held 142 s: the answer 40.4, what the eleventh tune's replay said a fourth
+    hold would run. Three holds would have left none held. On the same machine SGLang's bench
+    then broke 40.4 over 5 minutes (TTFT p99 7.1 s; the server's running requests passed the graph
+    cap after about a minute and stayed) and 46.46, and the tool's own confirmation broke at its
+    fourth minute: a hold that held is no proof of minutes at a load where the engine tips."""
+    import json
+
+    data, attrs = _committed("h100-sglang-2026-12-07c")
+    stored = attrs["slo"]
+    calls: list[tuple[str, float]] = []
+    found = _replay(stored, calls, holds=4)
+    assert calls == [
+        *(("level", r) for r in (32, 64, 48, 56, 60)),
+        *(("hold", r) for r in (60, 56, 48)),
+        ("level", pytest.approx(37.6)),
+        ("level", pytest.approx(40.4)),
+        ("hold", pytest.approx(40.4)),
+    ]
+    assert found.answer == pytest.approx(40.4) == attrs["metrics"]["slo.rate"] and found.broke == 48
+    assert found.stop_reason.endswith("held 142s on the same server"), found.stop_reason
+    three = _replay(stored, [], holds=3)  # all spent above 43.2: no answer, and the reason says it first
+    assert not three.answer and three.stop_reason.startswith("no answer, no hold held"), three.stop_reason
+    assert three.stop_reason.endswith("3 hold(s) spent, none held: no answer"), three.stop_reason
+    bench = json.loads((data / "bench" / "crosscheck.json").read_text())["bench"]
+    assert [(b["rate"], bool(b["broke"])) for b in bench] == [(pytest.approx(40.4), True), (46.46, True)]
+    (run,) = [json.loads(line) for line in (data / "confirm" / "confirm-runs.jsonl").read_text().splitlines()]
+    assert run["at"] == pytest.approx(40.4) and not run["held"] and run["ended_early"], run["broke"]
+
+
 def test_the_h200_tune_holds_no_saturated_level_and_its_holds_left_bisect_the_open_bracket() -> None:
     """The ninth session's tune on an H200 (docs/goodput.md; SGLang 0.5.17, the same space, at
     dc1adcb): 32 and 64 held their 10-s levels, 128, 96, 80 and 72 broke, 68 held. The search held

@@ -527,8 +527,12 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
 
 
 def _stop(found: Search, end: str = "") -> bool:
-    """The search ends: what the holds found goes on its stop reason."""
+    """The search ends: what the holds found goes on its stop reason. Where holds ran and none held,
+    the reason says so first: its opening is the short levels' reading ("bracketed: 48 requests/s
+    hold the SLO"), written before the holds broke it."""
     found.stop_reason += "".join(found.notes) + end
+    if found.holds and not found.answer:
+        found.stop_reason = f"no answer, no hold held (the short levels read first): {found.stop_reason}"
     return True
 
 
