@@ -51,7 +51,7 @@ from tuner.base.artifacts import RunDir
 from tuner.host.fingerprint import HostFingerprint, apart, this_host
 from tuner.host.partitions import Partition, free_port, make_partitions
 from tuner.host.processes import terminate_group
-from tuner.results.confirmation import run_verdict_text, uncorrected_failure
+from tuner.results.confirmation import corrected, run_verdict_text, uncorrected_failure
 from tuner.results.export import build_export
 from tuner.results.pick import pick
 from tuner.serving.server import ServerProcess, end_servers_on_sigterm
@@ -280,6 +280,32 @@ def confirmation_at(confirmed: Mapping[str, Any] | None, at: float) -> tuple[tup
     return None, "no confirmation run at that load (no ratio)"
 
 
+def load_to_bench(
+    metrics: Mapping[str, Any], confirmed: Mapping[str, Any] | None, rate: bool, at: float | None
+) -> tuple[float, tuple[float, float] | None, str]:
+    """The load the bench checks, the tool's own goodput there and a line saying whose it is: ``--at``
+    where given; else the answer the tool prints, the load its confirmation stepped down to and
+    held where it corrected the search's answer (status, export and the pick size on that one), else
+    the search's answer with the search's goodput."""
+    unit = "requests/s" if rate else "clients"
+    if at is not None:
+        load = at if rate else int(at)
+        figure, said = confirmation_at(confirmed, load)
+        return load, figure, f"bench at {load} {unit}, as asked (--at), not at the study's answer; the tool there: {said}"
+    if (kept := corrected(confirmed)) is not None:
+        load = float(kept["rate"]) if rate else int(kept["concurrency"])
+        figure, said = confirmation_at(confirmed, load)
+        searched = metrics["slo.rate"] if rate else int(metrics["slo.concurrency"])
+        return (
+            load,
+            figure,
+            f"bench at {load:g} {unit}, the answer its confirmation corrected {searched:g} to; the tool there: {said}",
+        )
+    load = metrics["slo.rate"] if rate else int(metrics["slo.concurrency"])
+    goodput, ci = metrics["slo.goodput"], metrics.get("slo.goodput_ci", 0.0)
+    return load, (goodput, ci), f"tune: the search's answer, {load:g} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}"
+
+
 def _sent(r: dict) -> dict:
     keys = ("achieved_rate", "achieved_concurrency", "achieved_over_offered")
     return {k: r[k] for k in (*keys, "delivery_from", "parts", "requests_per_part") if k in r}
@@ -341,13 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     slo, load = space.probes.slo, space.probes.load
     assert slo is not None and slo.targets is not None and load is not None, (slo, load)
     targets, rate = slo.targets, slo.mode == "rate"
-    answer = m["slo.rate"] if rate else int(m["slo.concurrency"])
     unit = "requests/s" if rate else "clients"
-    tool_goodput: tuple[float, float] | None = (m["slo.goodput"], m.get("slo.goodput_ci", 0.0))
-    if args.at is not None:
-        answer = args.at if rate else int(args.at)
-        tool_goodput, said = confirmation_at(chosen.trial.confirmed, answer)
-        print(f"bench at {answer} {unit}, as asked (--at), not at the study's answer; the tool there: {said}")
+    answer, tool_goodput, said = load_to_bench(m, chosen.trial.confirmed, rate, args.at)
+    print(said)
     assert answer > 0, m
     levels = [answer, round(args.above * answer, 2)] if rate else [answer, math.ceil(args.above * answer)]
     tool = "sglang" if space.engine == "sglang" else "vllm"
@@ -415,12 +437,12 @@ def main(argv: list[str] | None = None) -> None:
         "study": args.study, "trial": chosen.number, "params": dict(chosen.trial.params), "slo": targets.model_dump(),
         "tune": {k: v for k, v in m.items() if k.startswith("slo.")},
         "mode": slo.mode, "bench": rows, "goodput_over_bench_at_n": ratio, "at": args.at,
+        "benched": answer, "tool_goodput": tool_goodput,
         "host": here.to_dict(), "tune_host": dict(chosen.trial.host) if chosen.trial.host else None, "hosts_apart": hosts_apart,
     }  # fmt: skip
     (args.out / f"crosscheck{'-' + args.only if args.only else ''}.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if args.at is None:
-        goodput, ci = m["slo.goodput"], m.get("slo.goodput_ci", 0.0)
-        print(f"tune: trial {chosen.number} holds the SLO at {answer} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}")
+    if tool_goodput is not None:
+        print(f"tune: trial {chosen.number} at {answer:g} {unit}, goodput {tool_goodput[0]:,.1f} +- {tool_goodput[1]:,.1f}")
     if ratio is not None:
         print(f"ratio goodput / bench output throughput at {answer}: {ratio:.3f} (within 5 %: {abs(ratio - 1) <= 0.05})")
         print(f"bench meets the SLO at the answer: {not at['answer']['broke']}")

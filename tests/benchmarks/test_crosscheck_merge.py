@@ -160,3 +160,28 @@ def test_the_bench_says_whether_the_tune_ran_on_its_host() -> None:
     said = _tune_host(searched, apart(searched, here))
     assert said.startswith("the tune ran on another host (host gpu-a vs gpu-b; a core's Python speed 24.0 vs 11.5 ms")
     assert "unknown" in _tune_host(None, None)
+
+
+def test_an_answer_its_confirmation_corrected_is_benched_at_the_corrected_load() -> None:
+    """The committed H200 study whose confirmation broke at 48 requests/s and held 34.99 a step
+    below: status, export and the pick size on 34.99, and the bench checked 48 unless told --at. It
+    now benches the corrected load by default, beside the tool's 7-minute run there; an answer that
+    held is benched with the search's own goodput."""
+    import json
+    import sqlite3
+
+    from goodput_crosscheck import load_to_bench
+
+    db = Path(__file__).resolve().parents[2] / "docs/data/goodput/h200-sglang-2026-12-05/study.db"
+    with sqlite3.connect(db) as c:
+        (stored,) = c.execute("select value_json from study_user_attributes where key = 'confirmed.0'").fetchone()
+    confirmed = json.loads(stored)
+    metrics = {"slo.rate": 48.0, "slo.goodput": 6000.0, "slo.goodput_ci": 100.0}
+    load, figure, said = load_to_bench(metrics, confirmed, True, None)
+    kept = next(r for r in confirmed["runs"] if r["held"])
+    assert load == confirmed["confirmed_answer"]["rate"] == kept["at"], (load, confirmed["confirmed_answer"])
+    assert figure == (kept["goodput"], kept["goodput_ci"]), figure
+    assert "corrected 48 to" in said and "held" in said, said
+    held = {**confirmed, "held": True, "confirmed_answer": {"rate": 48.0}}
+    assert load_to_bench(metrics, held, True, None)[:2] == (48.0, (6000.0, 100.0))
+    assert load_to_bench(metrics, confirmed, True, 40.0)[:2] == (40.0, None)
