@@ -355,3 +355,37 @@ def test_the_h200_confirmation_replays_as_held_under_the_client_rule() -> None:
     slices[2] = {**slices[2], "ttft_p99": 1.2}  # over by more than the lag: the server's
     broke = _one(spec, {**judged(window, window["window_s"]), "slices": slices})
     assert broke.metrics["held"] == 0.0 and Level.from_dict(broke.details["slices"][2]).broke == ("ttft_p99 1.2 > 1",)
+
+
+def test_a_run_past_the_configs_cuda_graph_cap_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The twelfth session's SGLang space runs up to 256 requests and decodes 128 on CUDA graphs:
+    its confirmation at 40.4/s tipped past 128 in its fourth minute. The stored confirmation keeps
+    the cap, and its description names the run, the minute and the count; a config that cannot
+    run more than its graphs hold (or has none), and a run that stayed under, say nothing."""
+    from tests.conftest import ROOT
+    from tuner.app import prepare
+    from tuner.orchestration.confirm import fast_path
+    from tuner.results.confirmation import describe
+    from tuner.space import SearchSpace
+
+    monkeypatch.chdir(ROOT)  # its model lives on the GPU host: the schema alone, as the study stores it
+    space = SearchSpace.model_validate(yaml.safe_load(Path("search_spaces/h200-sglang-goodput-rate.yaml").read_text()))
+    params = {"mem-fraction-static": 0.15, "context-length": 8192, "cuda-graph-max-bs": 128, "max-running-requests": 256}
+    assert fast_path(space, params) == 128
+    assert fast_path(space, {**params, "max-running-requests": 128}) is None  # never more running than its graphs hold
+    llama, _ = prepare.load("cpu-llamacpp")
+    assert fast_path(llama, {}) is None
+
+    minutes = [
+        {"from_s": 60.0 * i, "in_system_max": n, "output_tok_s": 5000.0, "broke": []} for i, n in enumerate((39, 49, 90, 253))
+    ]
+    found = {
+        "answer": {"rate": 40.4}, "seconds": 240.0, "held": False, "goodput": 5126.6, "slices": minutes, "fast_path": 128,
+        "runs": [{"at": 40.4, "held": False, "slices": minutes}, {"at": 36.36, "held": True, "slices": minutes[:2]}],
+    }  # fmt: skip
+    said = [line for line in describe(found, 0) if "CUDA graphs" in line]
+    assert said == [
+        "  at 40.4 requests/s: requests in the system reached 253 from 180 s, past the 128 this config decodes on CUDA "
+        "graphs; above it each step runs without them, slower, and a queue feeds itself"
+    ], said
+    assert not [line for line in describe({**found, "fast_path": None}, 0) if "CUDA graphs" in line]

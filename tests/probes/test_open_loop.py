@@ -92,6 +92,25 @@ def test_a_level_that_sent_its_schedule_on_time_is_delivered() -> None:
     assert SloTargets(ttft_p99=1.0).violated({**figures, "horizon_s": 600.0}) == []
 
 
+def test_a_level_stores_its_fullest_count_of_requests_in_the_system() -> None:
+    """At 40/s of 0.3-s requests, about 12 are in the system on average and more at its fullest; a
+    stall that keeps 2 s of arrivals in (the engine past its graph cap, say) shows in the peak,
+    counted exactly: every arrival of the stall's 2 s, those from before it having ended."""
+    recs = _records(40.0, 1, 40.0)
+    steady = open_loop_figures(recs, 10.0, 30.0, 40.0, 1, 0.0)
+    assert steady["in_system_mean"] == pytest.approx(12, rel=0.5) and steady["in_system_max"] >= steady["in_system_mean"]
+    assert steady["in_system_max"] < 40, steady
+    stalled = [
+        RequestRecord(ok=True, started=r.started, sent=r.sent, ttft=0.05, e2e=22.0 - r.started, stamps=[r.started + 0.05, 22.0])
+        if 20.0 <= r.started < 22.0
+        else r
+        for r in recs
+    ]
+    peak = open_loop_figures(stalled, 10.0, 30.0, 40.0, 1, 0.0)["in_system_max"]
+    stuck = sum(1 for r in recs if 20.0 <= r.started < 22.0)
+    assert peak == stuck, (peak, stuck)
+
+
 def test_a_shortfall_is_client_bound_and_a_late_loop_only_where_the_level_broke() -> None:
     short = open_loop_figures(_records(40.0, 1, 40.0, skip=10), 10.0, 30.0, 40.0, 1, 0.0)
     assert short["achieved_over_offered"] == pytest.approx(0.9, abs=0.02) and short["client_bound"]

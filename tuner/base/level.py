@@ -97,6 +97,7 @@ class Level:
     growth_batches: int | None = None
     growth_from_s: float | None = None  # where the trend started, seconds into the window
     in_system_mean: float | None = None
+    in_system_max: int | None = None  # the most requests sent and not completed at once (the client's count)
     send_lag_p50: float | None = None
     send_lag_p99: float | None = None
     send_lag_max: float | None = None

@@ -27,6 +27,7 @@ from typing import Any
 
 import optuna
 
+from tuner import engines
 from tuner.base.artifacts import RunDir
 from tuner.base.exceptions import ConfigError, TunerError, describe_failure
 from tuner.base.level import Level
@@ -43,7 +44,7 @@ from tuner.results.pick import Candidate
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
 from tuner.trials import TrialRecord, save_confirmation
 
-__all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm", "confirmation_space"]
+__all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm", "confirmation_space", "fast_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class Confirmation:
     confirmed_ci: float | None = None
     cut_run: Mapping[str, Any] | None = None  # the run a cut ended, its figures so far (tuner.probes.long_run.run_so_far)
     host: Mapping[str, Any] | None = None  # what it ran on (tuner.host.fingerprint), where its worker wrote it
+    fast_path: int | None = None  # the most running requests the config decodes on CUDA graphs, where more may run (fast_path)
 
     @property
     def corrected(self) -> bool:
@@ -102,6 +104,7 @@ class Confirmation:
             "confirmed_ci": self.confirmed_ci,
             "cut_run": dict(self.cut_run) if self.cut_run is not None else None,
             "host": dict(self.host) if self.host is not None else None,
+            "fast_path": self.fast_path,
         }
 
 
@@ -164,6 +167,7 @@ def confirm(
     limit = (budget or seconds * (steps + 1)) + space.server.startup_timeout + MARGIN_S
     scheduler = Scheduler(derived, runner, ledger or Ledger(run_dir.root / "servers"), time_limit=limit)
     folder = run_dir.root / "confirm"
+    fast = fast_path(space, chosen.trial.params)
     where = folder / f"trial{chosen.number}-{len(list(folder.glob(f'trial{chosen.number}-*')))}"
     try:
         result = _run(scheduler, dict(chosen.trial.params), where)
@@ -171,13 +175,12 @@ def confirm(
         runs, failure = _runs(f"interrupted ({type(exc).__name__})", where)
         cut = _cut_run(where)
         if runs or before or (cut is not None and chosen.trial.confirmed is None):  # a bare cut replaces no earlier verdict
-            found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut, host=_host(where))
+            found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut, host=_host(where), fast=fast)
             save_confirmation(study, chosen.number, found.to_dict())
         raise
     runs, failure = _runs(result, where)
-    found = _confirmation(
-        chosen.trial, answer, seconds, (*before, *runs), failure, _cut_run(where) if failure else None, host=_host(where)
-    )
+    cut = _cut_run(where) if failure else None
+    found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut, host=_host(where), fast=fast)
     save_confirmation(study, chosen.number, found.to_dict())
     return found
 
@@ -209,6 +212,15 @@ def _resumed(space: SearchSpace, chosen: Candidate) -> tuple[dict[str, float], t
     if below is None:
         raise ConfigError(f"confirm --resume: trial {chosen.number}'s last run was at one client: no load below it")
     return answer, runs, {key: below}
+
+
+def fast_path(space: SearchSpace, params: Mapping[str, Any]) -> int | None:
+    """The most running requests ``params`` decode on CUDA graphs, where more may run at once
+    (None: no graphs, no cap, or none over it): past it each step runs without them, slower, and
+    a queue near the limit feeds itself (docs/goodput.md, the twelfth session)."""
+    limits = engines.get(space.engine).configured_limits(space.values(dict(params)))
+    graph, running = limits.get("cuda_graph_max_bs"), limits.get("max_running_requests")
+    return int(graph) if graph and (running is None or running > graph) else None
 
 
 def _run(scheduler: Scheduler, params: dict[str, Any], where: Any) -> TrialOutcome | str:
@@ -270,6 +282,7 @@ def _confirmation(
     cut: Mapping[str, Any] | None = None,
     *,
     host: Mapping[str, Any] | None = None,
+    fast: int | None = None,
 ) -> Confirmation:
     """The stored confirmation: the first run's verdict at the search's answer, every run, the
     load that held (the first run that held throughout), and the run a cut ended (``cut``)."""
@@ -288,6 +301,7 @@ def _confirmation(
             failure=failure or "no result",
             cut_run=cut,
             host=host,
+            fast_path=fast,
         )
     first = runs[0]
     kept = next((r for r in runs if r.get("held")), None)
@@ -310,4 +324,5 @@ def _confirmation(
         confirmed_ci=kept.get("goodput_ci") if kept else None,
         cut_run=cut,
         host=host,
+        fast_path=fast,
     )

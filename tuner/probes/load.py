@@ -587,7 +587,8 @@ def open_loop_figures(
     schedule (:func:`short_of_schedule`: the load was not offered);
     ``client_late``: a send lag p99 over :data:`SEND_LAG_MAX` (:func:`client_verdict` says what
     each means for the level's verdict). ``completion_rate``: requests that ended in the window,
-    per second.
+    per second. ``in_system_mean`` and ``in_system_max``: requests in the system (arrived, not
+    ended) over the window, at 11 even points and at its fullest (just after an arrival).
 
     ``growth``: how fast requests in the system (arrived, not ended: arrivals minus completions)
     grew over the window, per second, the least-squares trend of their batch means
@@ -659,6 +660,9 @@ def open_loop_figures(
         "growth_batches": growth.batches if growth else 0,
         "growth_from_s": since - start,
         "in_system_mean": sum(in_system(t) for t in points) / len(points),
+        "in_system_max": max(
+            bisect.bisect_right(due, t) - bisect.bisect_right(ends, t) for t in (start, *(t for t in due if start <= t < end))
+        ),
         "send_lag_max": max(lags) if lags else None,
     }
     figures.update({f"send_lag_p{p}": v for p, v in percentiles(lags, (50, 99)).items()})

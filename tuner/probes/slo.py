@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 
 OPEN_LOOP = (
     *SLO_AT_RATE, "rate", "client_bound", "client_late", "growth_ci", "growth_batches", "growth_from_s", "in_system_mean",
-    "send_lag_p50", "send_lag_max", "senders", "client_cores", "sender_failures",
+    "in_system_max", "send_lag_p50", "send_lag_max", "senders", "client_cores", "sender_failures",
 )  # fmt: skip
 LEVEL_EXTRA = ("horizon_s", "decisive", "drain_s", "drained", "drained_by", "ci_target_met")
 UNBOUNDED = 1024  # where neither the KV pool nor the spec bounds the search

@@ -14,6 +14,7 @@ __all__ = [
     "describe_answer",
     "describe_step",
     "other_host",
+    "past_fast_path",
     "run_verdict_text",
     "steps",
     "uncorrected_failure",
@@ -80,7 +81,27 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
         lines.append(f"  from {part.from_s or 0.0:,.0f} s: {part.output_tok_s or 0:,.1f} tok/s, {p99}{broke}")
     if found.get("broke"):
         lines.append(f"  the whole run broke: {'; '.join(found['broke'])}")
-    return lines + steps(found)
+    return lines + past_fast_path(found) + steps(found)
+
+
+def past_fast_path(found: Mapping[str, Any]) -> list[str]:
+    """A line per run whose requests in the system passed the most its config decodes on CUDA
+    graphs (``fast_path``, where more may run): from which minute, and how many. On SGLang at
+    40.4 requests/s (docs/goodput.md, the twelfth session) a run tipped past its 128 at a random
+    minute and stayed, its steps 33-45 ms against 2-10: the log said why, nobody read it."""
+    if not (cap := found.get("fast_path")):
+        return []
+    lines: list[str] = []
+    for run in found.get("runs") or ():
+        over = [s for s in run.get("slices") or () if (s.get("in_system_max") or 0) > cap]
+        if over:
+            most = max(int(s["in_system_max"]) for s in over)
+            lines.append(
+                f"  at {describe_step(found, run.get('at', 0.0))}: requests in the system reached {most} from "
+                f"{over[0].get('from_s') or 0.0:,.0f} s, past the {cap} this config decodes on CUDA graphs; "
+                "above it each step runs without them, slower, and a queue feeds itself"
+            )
+    return lines
 
 
 def run_verdict_text(run: Mapping[str, Any]) -> str:
