@@ -106,3 +106,19 @@ def test_the_measured_slo_load_sits_beside_the_capacity_derived_calls() -> None:
     assert "  requests/s in SLO       2.5   (at 60.0 output tok/s; 3/s break it)" in rate_text
     assert "parallel calls in SLO" not in rate_text
     assert "  max running requests    2" in text
+
+
+def test_the_fast_path_is_the_graph_cap_only_where_more_may_run() -> None:
+    """SGLang with 256 running and graphs to 128 (the twelfth session's space) tips past 128 into
+    eager steps; with 128 running it never leaves its graphs. vLLM's largest capture size under
+    max-num-seqs is such a cap; enforce-eager has no graphs, and llama.cpp none to leave."""
+    sglang, vllm = engines.get("sglang"), engines.get("vllm")
+    assert sglang.fast_path({"cuda-graph-max-bs": 128, "max-running-requests": 256}) == 128
+    assert sglang.fast_path({"cuda-graph-max-bs-decode": 64}) == 64  # running: the engine's own choice, may be more
+    assert sglang.fast_path({"cuda-graph-max-bs": 128, "max-running-requests": 128}) is None
+    assert sglang.fast_path({"max-running-requests": 256}) is None  # its graph cap is the engine's default: unknown here
+    capture = {"compilation-config": {"max_cudagraph_capture_size": 64}}
+    assert vllm.fast_path({**capture, "max-num-seqs": 256}) == 64
+    assert vllm.fast_path({**capture, "max-num-seqs": 64}) is None
+    assert vllm.fast_path({**capture, "max-num-seqs": 256, "enforce-eager": True}) is None
+    assert engines.get("llamacpp").fast_path({"parallel": 4}) is None

@@ -711,3 +711,19 @@ def test_a_level_with_no_time_left_is_not_run_and_the_search_keeps_what_it_measu
     assert found.stop_reason == (
         "no time was left for a level at 96 before the trial's limit: 64 requests/s hold the SLO, 128 break it"
     ), found.stop_reason
+
+
+def test_the_stop_reason_names_the_levels_past_the_graph_cap() -> None:
+    """An open-loop level or hold whose requests in the system passed the most its config decodes
+    on CUDA graphs is named with its count; under the cap, or with no cap, nothing is added."""
+    from tuner.probes.slo import past_fast_path
+
+    found = Search(SloTargets(ttft_p99=1.0), {})
+    found.levels = {32.0: {"in_system_max": 39}, 48.0: {"in_system_max": 131}}
+    found.holds = {48.0: {"in_system_max": 252}, 40.4: {"in_system_max": 63}}
+    said = past_fast_path(found, 128)
+    assert (
+        said
+        == "; past the 128 running requests this config decodes on CUDA graphs: 131 at 48, 252 at 48 (hold) in the system at once"
+    )
+    assert past_fast_path(found, 256) == "" and past_fast_path(found, None) == ""

@@ -215,12 +215,9 @@ def _resumed(space: SearchSpace, chosen: Candidate) -> tuple[dict[str, float], t
 
 
 def fast_path(space: SearchSpace, params: Mapping[str, Any]) -> int | None:
-    """The most running requests ``params`` decode on CUDA graphs, where more may run at once
-    (None: no graphs, no cap, or none over it): past it each step runs without them, slower, and
-    a queue near the limit feeds itself (docs/goodput.md, the twelfth session)."""
-    limits = engines.get(space.engine).configured_limits(space.values(dict(params)))
-    graph, running = limits.get("cuda_graph_max_bs"), limits.get("max_running_requests")
-    return int(graph) if graph and (running is None or running > graph) else None
+    """The most running requests ``params`` decode on CUDA graphs where more may run
+    (:meth:`~tuner.engines.EngineAdapter.fast_path`)."""
+    return engines.get(space.engine).fast_path(space.values(dict(params)))
 
 
 def _run(scheduler: Scheduler, params: dict[str, Any], where: Any) -> TrialOutcome | str:

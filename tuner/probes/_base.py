@@ -26,6 +26,7 @@ class ServerHandle:
     cached_tokens_field: tuple[str, str] | None = None  # the adapter's (event key, field) of cached prompt tokens
     in_flight_source: tuple[str, tuple[str, ...]] | None = None  # where the engine counts requests in flight
     keep: Path | None = None  # the trial's folder: a long probe writes each finished part there, kept if it is cut short
+    fast_path: int | None = None  # the most running requests decoded on CUDA graphs, where more may run (EngineAdapter.fast_path)
 
     @property
     def headers(self) -> dict[str, str]:

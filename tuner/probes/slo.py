@@ -54,7 +54,7 @@ from tuner.probes._senders import Senders
 from tuner.probes.load import LoadProbe, Window, client_verdict
 from tuner.space.schema import LoadProbeSpec, SloProbeSpec, SloTargets
 
-__all__ = ["SloProbe", "search", "search_rate"]
+__all__ = ["SloProbe", "past_fast_path", "search", "search_rate"]
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +192,7 @@ class SloProbe(Probe):
                     return self.stamped({**summary, **settled}, decisive=True)
 
                 outcome = await search_rate(measure, targets, spec, hold=hold if window else None)
+        outcome.stop_reason += past_fast_path(outcome, server.fast_path)
         levels = _details(outcome, set(measured))
         details = {"levels": levels, "holds": _holds(outcome), "stop_reason": outcome.stop_reason, "mode": "rate"}
         logger.info("slo: %.3g requests/s hold the SLO (%s)", outcome.answer, outcome.stop_reason)
@@ -290,6 +291,25 @@ def utilisation(levels: Mapping[float, Mapping[str, Any]], broken: Mapping[float
         done = completions(summary)
         found[level] = done / max(above) if above and done is not None and max(above) > 0 else None
     return found
+
+
+def past_fast_path(outcome: Search, cap: int | None) -> str:
+    """The stop reason's last clause where an open-loop level or hold had more requests in the
+    system at once than its config decodes on CUDA graphs (``cap``, where more may run): which,
+    and how many. Past it each step runs without graphs and a queue feeds itself; the server's log
+    says so (SGLang's "cuda graph: False") and nobody reads it."""
+    if not cap:
+        return ""
+    over = [
+        (f"{lv:g}" + (" (hold)" if kind else ""), int(summary["in_system_max"]))
+        for kind, found in enumerate((outcome.levels, outcome.holds))
+        for lv, summary in sorted(found.items())
+        if (summary.get("in_system_max") or 0) > cap
+    ]
+    if not over:
+        return ""
+    seen = ", ".join(f"{n} at {level}" for level, n in over)
+    return f"; past the {cap} running requests this config decodes on CUDA graphs: {seen} in the system at once"
 
 
 def _details(outcome: Search, here: set[float] | set[int]) -> dict[str, dict[str, Any]]:

@@ -116,6 +116,7 @@ def serve(
             adapter.cached_tokens_field,
             adapter.in_flight_source,
             trial_dir,
+            adapter.fast_path(space.values(params)),
         )
         progress.report(f"ready after {startup_s:.0f}s")
         yield Served(handle, server, command, startup_s, started_at)
