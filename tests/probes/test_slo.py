@@ -467,29 +467,29 @@ def test_a_level_where_requests_failed_is_not_held_again() -> None:
     assert [c for c in calls if c[0] == "hold"] == [("hold", 30)] and found.answer == 30 and found.broke == 32
 
 
-def test_the_slower_h100_search_holds_a_resolution_below_a_broken_hold_and_stops_when_none_is_left() -> None:
+def test_the_slower_h100_search_stays_under_what_a_broken_hold_completed_and_stops_when_no_hold_is_left() -> None:
     """The committed tune on an H100 host whose cores ran Python at 0.47x the sixth session's
     (docs/goodput.md, seventh session; SGLang 0.5.17, the same space): 48 and 52 requests/s held
     their 10-s levels and broke over a minute (the engine fell to 36-40 completions/s), 56's hold
-    broke too, and the three holds (56, 52, 48) were spent with none held: no answer, the levels
-    measured after the last hold (40, 44) wasted. Replayed now: after 52's hold breaks, the search
-    stays under 46.8 (a resolution below it), so the third hold goes to a level the short windows
-    found there (levels not stored are read as 40's: held), not to 48 a short window had read as
-    held."""
+    broke too, and the three holds (56, 52, 48) were spent with none held: no answer. Replayed now:
+    52's hold completed 36.4/s of 53.2 sent, so the search stays a resolution under that, 32.8
+    (not under 46.8, a resolution below 52), and the bracket is closed: the second hold goes to 32.
+    Had it broken too (completing 39.5/s as 48's hold did), the third goes under 28.8 after two more
+    levels, and where it broke as well, no answer and nothing after it."""
     _, attrs = _committed("h100-sglang-2026-12-06f")
     stored = attrs["slo"]
     assert attrs["host"]["loop_ms"] > 2 * 15.28  # the sixth session's host: 15.28 ms
     calls = _until_unmeasured(stored, unstored_level="40")
-    assert calls[:6] == [*(("level", r) for r in (32, 64, 48, 56, 52)), ("hold", 52)]  # 56: saturated, not held
-    kind, second = calls[-1]
-    assert kind == "hold" and 52 * 0.9 * 0.9 <= second < 52 * 0.9 and all(r < 52 * 0.9 for _, r in calls[6:])
+    assert calls == [*(("level", r) for r in (32, 64, 48, 56, 52)), ("hold", 52), ("hold", 32)]  # 56: saturated, not held
 
-    stored["holds"]["43.1"] = stored["holds"]["48"]  # had the second hold broken too: the last goes to 32, and
-    calls.clear()  # where it broke too, no answer and nothing after it
     stored["holds"]["32"] = stored["holds"]["48"]
+    calls = _until_unmeasured(stored, unstored_level="40")
+    assert calls[7:] == [("level", pytest.approx(14.4)), ("level", pytest.approx(21.6)), ("hold", pytest.approx(21.6))]
+    stored["holds"]["21.6"] = stored["holds"]["48"]
+    calls.clear()
     found = _replay(stored, calls, unstored_level="40")
-    assert [c for c in calls if c[0] == "hold"] == [("hold", 52), ("hold", second), ("hold", 32)] and found.answer == 0
-    assert found.stop_reason.endswith("3 hold(s) spent, none held: no answer")
+    assert [c for c in calls if c[0] == "hold"] == [("hold", 52), ("hold", 32), ("hold", pytest.approx(21.6))]
+    assert found.answer == 0 and found.stop_reason.endswith("3 hold(s) spent, none held: no answer"), found.stop_reason
 
 
 def test_a_wide_bracket_holds_the_answer_before_the_level_far_above_and_a_hold_left_bisects_it() -> None:
@@ -498,8 +498,9 @@ def test_a_wide_bracket_holds_the_answer_before_the_level_far_above_and_a_hold_l
     then 64 broke and 48 held 10 s, the level budget spent. The search then held 64 (its queue grew
     51.6 +- 8.5/s: broke) and 48 (broke, 43.1/s completed): three holds, the answer 32 with nothing
     learnt between 32 and 43. Replayed now: 64 is not held (it completed 19.3/s of 65.7 sent:
-    saturated); a hold bisects 32-64 at 48, it breaks, and the hold left bisects 32-43.2 at 37.6, a
-    level the tune never measured. Had it held, 37.6 is the answer; had it broken, 32."""
+    saturated); a hold bisects 32-64 at 48, it breaks having completed 43.1/s of 48.1 sent, and the
+    hold left bisects 32-38.8 (a resolution under what 48's hold completed, not under 48) at 35.4, a
+    level the tune never measured. Had it held, 35.4 is the answer; had it broken, 32."""
     _, attrs = _committed("h100-sglang-2026-12-07")
     stored = attrs["slo"]
     assert attrs["metrics"]["slo.rate"] == 32 and [*stored["holds"]] == ["32", "48", "64"]
@@ -510,20 +511,21 @@ def test_a_wide_bracket_holds_the_answer_before_the_level_far_above_and_a_hold_l
         ("level", 64),
         ("level", 48),
         ("hold", 48),
-        ("hold", pytest.approx((32 + 48 * 0.9) / 2)),
+        ("hold", pytest.approx((32 + 0.9 * 43.0826) / 2, rel=1e-4)),  # under what 48's hold completed (43.1/s of 48.1)
     ]
+    middle = calls[-1][1]
 
-    stored["holds"]["37.6"] = {**stored["holds"]["32"], "rate": 37.6}  # had it held
+    stored["holds"][f"{middle:g}"] = {**stored["holds"]["32"], "rate": middle}  # had it held
     calls.clear()
     found = _replay(stored, calls)
-    assert calls[-1] == ("hold", pytest.approx(37.6)) and found.answer == pytest.approx(37.6) and found.broke == 48
-    assert "the bracket 32-43.2 requests/s bisected by a hold: 37.6 held 180s" in found.stop_reason, found.stop_reason
+    assert calls[-1] == ("hold", middle) and found.answer == middle and found.broke == 48
+    assert f"the bracket 32-38.7743 requests/s bisected by a hold: {middle:g} held 180s" in found.stop_reason, found.stop_reason
 
-    stored["holds"]["37.6"] = stored["holds"]["48"]  # had it broken: 32, and the search stays a resolution under 37.6
+    stored["holds"][f"{middle:g}"] = stored["holds"]["48"]  # had it broken: 32
     calls.clear()
     found = _replay(stored, calls)
     assert len([c for c in calls if c[0] == "hold"]) == 3 and found.answer == 32
-    assert found.stop_reason.startswith("bracketed: 32 requests/s hold the SLO, the search stays under 33.8"), found.stop_reason
+    assert found.stop_reason.startswith("level budget spent (7 levels): 32 requests/s hold the SLO"), found.stop_reason
 
 
 def test_the_eleventh_tune_ran_as_the_eighth_s_replay_said_and_replays_to_its_answer() -> None:
@@ -560,37 +562,52 @@ def test_the_eleventh_tune_ran_as_the_eighth_s_replay_said_and_replays_to_its_an
     assert holds == [("hold", 32), ("hold", 48), ("hold", pytest.approx(37.6)), ("hold", pytest.approx(40.4))]
 
 
-def test_the_twelfth_tune_s_fourth_hold_gave_its_answer_which_broke_over_minutes() -> None:
+def test_the_twelfth_tune_s_holds_above_what_the_server_completed_are_no_longer_run() -> None:
     """The twelfth session's tune (docs/goodput.md; the space's 4 holds, an H100 like the eleventh's,
     at f42e871): 32 held its 10-s level, 64 broke, 48, 56 and 60 read held in 10 s; the holds went
-    down from the top, 60, 56 and 48 each broke, then 37.6 and 40.4 held their 10-s levels and the
-    fourth hold, 40.4, held 142 s: the answer 40.4, what the eleventh tune's replay said a fourth
-    hold would run. Three holds would have left none held. On the same machine SGLang's bench
-    then broke 40.4 over 5 minutes (TTFT p99 7.1 s; the server's running requests passed the graph
-    cap after about a minute and stayed) and 46.46, and the tool's own confirmation broke at its
-    fourth minute: a hold that held is no proof of minutes at a load where the engine tips."""
+    down from the top, 60, 56 and 48, each breaking with its server behind its arrivals (47.6, 48.3
+    and 43.0 completed per second); then 37.6 and 40.4 held their 10-s levels and the fourth hold,
+    40.4, held 142 s: the answer 40.4. On the same machine SGLang's bench then broke 40.4 over 5
+    minutes (TTFT p99 7.1 s; the server's running requests passed the graph cap after about a minute
+    and stayed) and 46.46, and the tool's own confirmation broke at its fourth minute: a hold that
+    held is no proof of minutes where the engine tips. Replayed now: 60's hold completed 47.6/s, so
+    the search stays under 42.8 at once; two levels bisect 32-42.8 and the second hold goes to
+    40.1: two holds where the tune spent four (the levels it never ran read as 40.4's)."""
     import json
 
     data, attrs = _committed("h100-sglang-2026-12-07c")
     stored = attrs["slo"]
-    calls: list[tuple[str, float]] = []
-    found = _replay(stored, calls, holds=4)
+    assert attrs["metrics"]["slo.rate"] == pytest.approx(40.4) and [*stored["holds"]] == ["40.4", "48", "56", "60"]
+    calls = _until_unmeasured(stored, unstored_level="40.4", holds=4)
     assert calls == [
         *(("level", r) for r in (32, 64, 48, 56, 60)),
-        *(("hold", r) for r in (60, 56, 48)),
-        ("level", pytest.approx(37.6)),
-        ("level", pytest.approx(40.4)),
-        ("hold", pytest.approx(40.4)),
+        ("hold", 60),
+        ("level", pytest.approx(37.40, abs=0.01)),
+        ("level", pytest.approx(40.11, abs=0.01)),
+        ("hold", pytest.approx(40.11, abs=0.01)),
     ]
-    assert found.answer == pytest.approx(40.4) == attrs["metrics"]["slo.rate"] and found.broke == 48
-    assert found.stop_reason.endswith("held 142s on the same server"), found.stop_reason
-    three = _replay(stored, [], holds=3)  # all spent above 43.2: no answer, and the reason says it first
-    assert not three.answer and three.stop_reason.startswith("no answer, no hold held"), three.stop_reason
-    assert three.stop_reason.endswith("3 hold(s) spent, none held: no answer"), three.stop_reason
+    stored["holds"][f"{calls[-1][1]:g}"] = stored["holds"]["40.4"]  # had it held as 40.4 did
+    found = _replay(stored, [], unstored_level="40.4", holds=4)
+    assert found.answer == pytest.approx(40.11, abs=0.01) and len(found.holds) == 2
+    said = "the search stays under 42.8, a resolution below the 47.6 requests/s that 60's hold completed"
+    assert said in found.stop_reason, found.stop_reason
     bench = json.loads((data / "bench" / "crosscheck.json").read_text())["bench"]
     assert [(b["rate"], bool(b["broke"])) for b in bench] == [(pytest.approx(40.4), True), (46.46, True)]
     (run,) = [json.loads(line) for line in (data / "confirm" / "confirm-runs.jsonl").read_text().splitlines()]
     assert run["at"] == pytest.approx(40.4) and not run["held"] and run["ended_early"], run["broke"]
+
+
+def test_a_search_whose_holds_all_broke_says_no_answer_first() -> None:
+    """A search whose holds all broke said "bracketed: 48 requests/s hold the SLO ...; 3 hold(s)
+    spent, none held: no answer", its opening the short levels' reading written before 48's hold
+    broke. The slower H100's committed tune, its 32 read as broken too, ends so."""
+    _, attrs = _committed("h100-sglang-2026-12-06f")
+    stored = attrs["slo"]
+    for level in ("32", "21.6"):
+        stored["holds"][level] = stored["holds"]["48"]
+    found = _replay(stored, [], unstored_level="40")
+    assert not found.answer and found.stop_reason.startswith("no answer, no hold held (the short levels read first): ")
+    assert found.stop_reason.endswith("3 hold(s) spent, none held: no answer"), found.stop_reason
 
 
 def test_the_h200_tune_holds_no_saturated_level_and_its_holds_left_bisect_the_open_bracket() -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -358,7 +359,9 @@ class Search:
     ``reach``: where the answer's hold broke at a level, the search stays a resolution below it
     (levels under ``reach``; ``reach_from``: that level): near it a short level held where its hold
     then broke (SGLang on a slower host: 48 and 52 requests/s held 10 s and broke over a minute),
-    so the next hold goes a full step down instead of to the level the short window found next."""
+    so the next hold goes a full step down instead of to the level the short window found next;
+    where that hold's server fell behind its arrivals, a resolution below what it completed
+    (``reach_served``, :meth:`served`), if that is lower."""
 
     def __init__(self, targets: SloTargets, known: Mapping[float, dict[str, Any]]) -> None:
         self.targets = targets
@@ -372,6 +375,7 @@ class Search:
         self.stop_reason = ""
         self.reach: float | None = None
         self.reach_from: float | None = None
+        self.reach_served: float | None = None  # where what reach_from's hold completed set reach (Search.served)
         self.late: float | None = None  # the level the trial's time limit left no room for
         for level, summary in known.items():
             self.add(level, summary)
@@ -415,6 +419,16 @@ class Search:
         summary = self.levels.get(level) or {}
         done, sent = completions(summary), summary.get("achieved_rate")
         return done is not None and sent is not None and done < (1 - share) * float(sent)
+
+    def served(self, level: float, share: float) -> float | None:
+        """What ``level``'s hold completed per second where its completions fell more than
+        ``share`` behind its arrivals (None: they kept up, or no hold ran there): the server's
+        rate under that load, its slow state's where it tipped into one. No load above it can hold
+        for long: past a tip the server must drain at that rate to recover (SGLang on an H100:
+        holds at 60, 56 and 48 requests/s completed 47.6, 48.3 and 43.0 per second)."""
+        summary = self.holds.get(level) or {}
+        done, sent = completions(summary), summary.get("achieved_rate")
+        return done if done is not None and sent is not None and done < (1 - share) * float(sent) else None
 
     def figures(self, level: float) -> dict[str, Any]:
         """A level's figures: its hold's where it held one, else its search level's."""
@@ -512,6 +526,10 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
             found.notes.append(f"; {short}, then held {found.holds[top].get('window_s') or 0:.0f}s on the same server")
             return False
         found.notes.append(f"; {short} and did not hold {found.holds[top].get('window_s') or 0:.0f}s either")
+        reach = found.reach
+        _below(found, top, step, own=False)
+        if found.reach != reach:  # what its server completed put the ceiling under the answer: levels go on below it
+            return False
     left = most - len(found.holds)
     confirmed = found.confirmed
     low, high = max(confirmed, default=found.held), found.ceiling
@@ -556,17 +574,26 @@ def _stop(found: Search, end: str = "") -> bool:
     return True
 
 
-def _below(found: Search, level: float, step: _Step) -> None:
+def _below(found: Search, level: float, step: _Step, *, own: bool = True) -> None:
     """A hold at ``level`` broke: the search stays a resolution below it (not where the client was
     why, nor where a hold held in that resolution: a minute that held is no short level's reading,
-    and the broken hold itself then bounds the bracket)."""
+    and the broken hold itself then bounds the bracket). Where the hold's server fell behind its
+    arrivals, it stays a resolution below what the server completed there (:meth:`Search.served`):
+    the twelfth session's tune held 56 and 48 after 60 had completed 47.6/s, and both broke.
+    ``own`` False: the level above the answer, whose short break its hold confirmed, bounds the
+    search already; only what it completed may bound it lower."""
     if level in found.client_bound:
         return
-    reach = step.below(level)
-    if any(reach <= lv < level for lv in found.confirmed):
+    reach = step.below(level) if own else math.inf
+    served = found.served(level, step.resolution)
+    if served is not None and step.below(served) < reach:
+        reach = step.below(served)
+    else:
+        served = None
+    if reach == math.inf or any(reach <= lv < level for lv in found.confirmed):
         return
     if found.reach is None or reach < found.reach:
-        found.reach, found.reach_from = reach, level
+        found.reach, found.reach_from, found.reach_served = reach, level, served
 
 
 async def _measured(found: Search, measure: Callable[[Any], Awaitable[dict[str, Any] | None]], level: float) -> bool:
@@ -734,5 +761,10 @@ def _above(found: Search, high: float, form: str = ".3g") -> str:
     if high in found.client_bound:
         return f"{high:{form}} could not be sent ({found.client_bound[high]}): the server's own limit may lie higher"
     if high == found.reach and not found.broken.get(high):
+        if found.reach_served is not None:
+            return (
+                f"the search stays under {high:{form}}, a resolution below the {found.reach_served:.3g} requests/s "
+                f"that {found.reach_from:g}'s hold completed"
+            )
         return f"the search stays under {high:{form}}, a resolution below {found.reach_from:g}, whose hold broke"
     return f"{high:{form}} break it"
