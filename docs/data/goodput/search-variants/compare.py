@@ -5,7 +5,8 @@ the search as it is with a fourth hold.
 
     python docs/data/goodput/search-variants/compare.py > docs/data/goodput/search-variants/compare.txt
 
-Each variant is this checkout's tuner/probes/slo.py with its patch applied (in a temporary folder)."""
+Each variant is tuner/probes/slo.py as it was when this table was made (BASE, from git), with its
+patch applied (in a temporary folder); the search has changed since (docs/goodput.md)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,16 @@ from tests.probes.test_slo import ITL_BOUND, _growth_server, _latency_server, _s
 from tuner.space.schema import SloProbeSpec  # noqa: E402
 
 HERE = Path(__file__).parent
+BASE = "f42e871"  # the search as it was for this table (the eleventh session's last commit)
 
 
 def _module(name: str, patch: Path | None, folder: Path) -> ModuleType:
     path = folder / f"{name}.py"
-    path.write_text((ROOT / "tuner" / "probes" / "slo.py").read_text())
+    path.write_text(
+        subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{BASE}:tuner/probes/slo.py"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     if patch is not None:
         subprocess.run(["patch", "--quiet", str(path), str(patch)], check=True)
     spec = importlib.util.spec_from_file_location(name, path)
