@@ -288,6 +288,7 @@ def load_to_bench(
     held where it corrected the search's answer (status, export and the pick size on that one), else
     the search's answer with the search's goodput."""
     unit = "requests/s" if rate else "clients"
+    searched = metrics["slo.rate"] if rate else int(metrics["slo.concurrency"])
     if at is not None:
         load = at if rate else int(at)
         figure, said = confirmation_at(confirmed, load)
@@ -295,15 +296,13 @@ def load_to_bench(
     if (kept := corrected(confirmed)) is not None:
         load = float(kept["rate"]) if rate else int(kept["concurrency"])
         figure, said = confirmation_at(confirmed, load)
-        searched = metrics["slo.rate"] if rate else int(metrics["slo.concurrency"])
         return (
             load,
             figure,
             f"bench at {load:g} {unit}, the answer its confirmation corrected {searched:g} to; the tool there: {said}",
         )
-    load = metrics["slo.rate"] if rate else int(metrics["slo.concurrency"])
     goodput, ci = metrics["slo.goodput"], metrics.get("slo.goodput_ci", 0.0)
-    return load, (goodput, ci), f"tune: the search's answer, {load:g} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}"
+    return searched, (goodput, ci), f"tune: the search's answer, {searched:g} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}"
 
 
 def _sent(r: dict) -> dict:

@@ -363,14 +363,18 @@ def test_a_run_past_the_configs_cuda_graph_cap_says_so(monkeypatch: pytest.Monke
     the cap, and its description names the run, the minute and the count; a config that cannot
     run more than its graphs hold (or has none), and a run that stayed under, say nothing."""
     from tests.conftest import ROOT
+    from tuner import engines
     from tuner.app import prepare
-    from tuner.orchestration.confirm import fast_path
     from tuner.results.confirmation import describe
     from tuner.space import SearchSpace
 
     monkeypatch.chdir(ROOT)  # its model lives on the GPU host: the schema alone, as the study stores it
     space = SearchSpace.model_validate(yaml.safe_load(Path("search_spaces/h200-sglang-goodput-rate.yaml").read_text()))
     params = {"mem-fraction-static": 0.15, "context-length": 8192, "cuda-graph-max-bs": 128, "max-running-requests": 256}
+
+    def fast_path(space: Any, params: dict[str, Any]) -> int | None:  # as confirm() stores it
+        return engines.get(space.engine).fast_path(space.values(params))
+
     assert fast_path(space, params) == 128
     assert fast_path(space, {**params, "max-running-requests": 128}) is None  # never more running than its graphs hold
     llama, _ = prepare.load("cpu-llamacpp")

@@ -44,7 +44,7 @@ from tuner.results.pick import Candidate
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
 from tuner.trials import TrialRecord, save_confirmation
 
-__all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm", "confirmation_space", "fast_path"]
+__all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm", "confirmation_space"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,9 @@ class Confirmation:
     confirmed_ci: float | None = None
     cut_run: Mapping[str, Any] | None = None  # the run a cut ended, its figures so far (tuner.probes.long_run.run_so_far)
     host: Mapping[str, Any] | None = None  # what it ran on (tuner.host.fingerprint), where its worker wrote it
-    fast_path: int | None = None  # the most running requests the config decodes on CUDA graphs, where more may run (fast_path)
+    fast_path: int | None = (
+        None  # the most running requests the config decodes on CUDA graphs, where more may run (EngineAdapter.fast_path)
+    )
 
     @property
     def corrected(self) -> bool:
@@ -167,7 +169,7 @@ def confirm(
     limit = (budget or seconds * (steps + 1)) + space.server.startup_timeout + MARGIN_S
     scheduler = Scheduler(derived, runner, ledger or Ledger(run_dir.root / "servers"), time_limit=limit)
     folder = run_dir.root / "confirm"
-    fast = fast_path(space, chosen.trial.params)
+    fast = engines.get(space.engine).fast_path(space.values(dict(chosen.trial.params)))  # its CUDA-graph cap, said with the runs
     where = folder / f"trial{chosen.number}-{len(list(folder.glob(f'trial{chosen.number}-*')))}"
     try:
         result = _run(scheduler, dict(chosen.trial.params), where)
@@ -212,12 +214,6 @@ def _resumed(space: SearchSpace, chosen: Candidate) -> tuple[dict[str, float], t
     if below is None:
         raise ConfigError(f"confirm --resume: trial {chosen.number}'s last run was at one client: no load below it")
     return answer, runs, {key: below}
-
-
-def fast_path(space: SearchSpace, params: Mapping[str, Any]) -> int | None:
-    """The most running requests ``params`` decode on CUDA graphs where more may run
-    (:meth:`~tuner.engines.EngineAdapter.fast_path`)."""
-    return engines.get(space.engine).fast_path(space.values(dict(params)))
 
 
 def _run(scheduler: Scheduler, params: dict[str, Any], where: Any) -> TrialOutcome | str:

@@ -283,6 +283,13 @@ def completions(summary: Mapping[str, Any]) -> float | None:
     return None if done is None else float(done)
 
 
+def _behind(summary: Mapping[str, Any], share: float) -> float | None:
+    """An open-loop window's completions per second where they fell more than ``share`` behind
+    its arrivals (its achieved rate); None where they kept up or it has no such figures."""
+    done, sent = completions(summary), summary.get("achieved_rate")
+    return done if done is not None and sent is not None and done < (1 - share) * float(sent) else None
+
+
 def utilisation(levels: Mapping[float, Mapping[str, Any]], broken: Mapping[float, list[str]]) -> dict[float, float | None]:
     """Each level's completions over the saturated completion rate: the most any level above it
     that broke the SLO completed (None: none above broke it, so no saturation was measured)."""
@@ -416,9 +423,7 @@ class Search:
         loop's completion rate under (1 - share) x its achieved rate): its server was saturated
         through the window, not stalled in it, and a hold would read the same break over a minute
         (SGLang: the holds of 88, 56, 64 and 72 requests/s, such levels on four hosts, all broke)."""
-        summary = self.levels.get(level) or {}
-        done, sent = completions(summary), summary.get("achieved_rate")
-        return done is not None and sent is not None and done < (1 - share) * float(sent)
+        return _behind(self.levels.get(level) or {}, share) is not None
 
     def served(self, level: float, share: float) -> float | None:
         """What ``level``'s hold completed per second where its completions fell more than
@@ -426,9 +431,7 @@ class Search:
         rate under that load, its slow state's where it tipped into one. No load above it can hold
         for long: past a tip the server must drain at that rate to recover (SGLang on an H100:
         holds at 60, 56 and 48 requests/s completed 47.6, 48.3 and 43.0 per second)."""
-        summary = self.holds.get(level) or {}
-        done, sent = completions(summary), summary.get("achieved_rate")
-        return done if done is not None and sent is not None and done < (1 - share) * float(sent) else None
+        return _behind(self.holds.get(level) or {}, share)
 
     def figures(self, level: float) -> dict[str, Any]:
         """A level's figures: its hold's where it held one, else its search level's."""
