@@ -77,9 +77,8 @@ class Confirmation:
     confirmed_ci: float | None = None
     cut_run: Mapping[str, Any] | None = None  # the run a cut ended, its figures so far (tuner.probes.long_run.run_so_far)
     host: Mapping[str, Any] | None = None  # what it ran on (tuner.host.fingerprint), where its worker wrote it
-    fast_path: int | None = (
-        None  # the most running requests the config decodes on CUDA graphs, where more may run (EngineAdapter.fast_path)
-    )
+    # the most running requests the config decodes on CUDA graphs, where more may run (EngineAdapter.fast_path)
+    fast_path: int | None = None
 
     @property
     def corrected(self) -> bool:

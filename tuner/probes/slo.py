@@ -529,9 +529,8 @@ async def _held(found: Search, hold: Hold | None, most: int, step: _Step) -> boo
             found.notes.append(f"; {short}, then held {found.holds[top].get('window_s') or 0:.0f}s on the same server")
             return False
         found.notes.append(f"; {short} and did not hold {found.holds[top].get('window_s') or 0:.0f}s either")
-        reach = found.reach
-        _below(found, top, step, own=False)
-        if found.reach != reach:  # what its server completed put the ceiling under the answer: levels go on below it
+        # what its server completed put the ceiling under the answer: levels go on below it
+        if _below(found, top, step, own=False):
             return False
     left = most - len(found.holds)
     confirmed = found.confirmed
@@ -577,16 +576,16 @@ def _stop(found: Search, end: str = "") -> bool:
     return True
 
 
-def _below(found: Search, level: float, step: _Step, *, own: bool = True) -> None:
+def _below(found: Search, level: float, step: _Step, *, own: bool = True) -> bool:
     """A hold at ``level`` broke: the search stays a resolution below it (not where the client was
     why, nor where a hold held in that resolution: a minute that held is no short level's reading,
     and the broken hold itself then bounds the bracket). Where the hold's server fell behind its
     arrivals, it stays a resolution below what the server completed there (:meth:`Search.served`):
     the twelfth session's tune held 56 and 48 after 60 had completed 47.6/s, and both broke.
     ``own`` False: the level above the answer, whose short break its hold confirmed, bounds the
-    search already; only what it completed may bound it lower."""
+    search already; only what it completed may bound it lower. True where it lowered the search's reach."""
     if level in found.client_bound:
-        return
+        return False
     reach = step.below(level) if own else math.inf
     served = found.served(level, step.resolution)
     if served is not None and step.below(served) < reach:
@@ -594,9 +593,11 @@ def _below(found: Search, level: float, step: _Step, *, own: bool = True) -> Non
     else:
         served = None
     if reach == math.inf or any(reach <= lv < level for lv in found.confirmed):
-        return
-    if found.reach is None or reach < found.reach:
-        found.reach, found.reach_from, found.reach_served = reach, level, served
+        return False
+    if found.reach is not None and reach >= found.reach:
+        return False
+    found.reach, found.reach_from, found.reach_served = reach, level, served
+    return True
 
 
 async def _measured(found: Search, measure: Callable[[Any], Awaitable[dict[str, Any] | None]], level: float) -> bool:
