@@ -31,15 +31,19 @@ results and a summary JSON under --out.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import json
 import math
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,9 +52,11 @@ sys.path.insert(0, str(ROOT))
 from tuner import engines
 from tuner.app.read import open_existing, stored_space
 from tuner.base.artifacts import RunDir
+from tuner.base.records import Capacity
 from tuner.host.fingerprint import HostFingerprint, apart, this_host
 from tuner.host.partitions import Partition, free_port, make_partitions
 from tuner.host.processes import terminate_group
+from tuner.probes import ServerHandle, in_flight
 from tuner.results.confirmation import corrected, run_verdict_text, uncorrected_failure
 from tuner.results.export import build_export
 from tuner.results.pick import pick
@@ -134,6 +140,7 @@ def bench(url: str, model: str, level: list[str], prompts: int, prompt_tokens: i
 
 
 DELIVERED = 0.98  # a bench run that sent less of its offered rate is not a check of the server
+DRAIN_S = 120.0  # an open-loop run still going this long after its arrivals' span is behind them (within the SLO: ~2 s)
 
 
 def shares(total: float, k: int, *, whole: bool) -> list[float]:
@@ -155,13 +162,23 @@ def bench_split(
     closed: bool = False,
     tool: str = "vllm",
     pin: tuple[int, ...] = (),
+    within: float | None = None,
+    count: Callable[[], int | None] | None = None,
 ) -> dict:
     """``level`` from ``k`` bench processes (``tool``: vllm or sglang) started together, each pinned
     to the cores ``pin``: requests/s at level/k each, or (``closed``) level clients shared among
     them with ``--max-concurrency``. Their per-request results merged: one TTFT and ITL p99 over
     every request, the output throughputs summed, and what they delivered
     (``achieved_over_offered``). ``load`` is (seconds of arrivals, or requests per client when
-    closed; prompt tokens; output tokens)."""
+    closed; prompt tokens; output tokens).
+
+    Processes still running ``within`` seconds after they started are ended: the result is then
+    only ``cut`` (the bound, the parts left, and the requests the engine had in flight by its own
+    ``count`` at that moment), because a bench writes its results only when all its requests came
+    back. An open loop that has not finished long after its last arrival is behind its arrivals:
+    on the H100 1.15 x 36.36 requests/s ran 256 requests and queued up to 476 from its first
+    minute, and its 300 s of arrivals had not drained 22 s after the last, when the call's clock
+    cut it with nothing written."""
     amount, prompt_tokens, output_tokens = load
     env = dict(os.environ)
     if tool == "sglang":
@@ -177,10 +194,18 @@ def bench_split(
         else:
             argv = bench_argv(url, model, flag, prompts, (prompt_tokens, output_tokens), out, name, 1000 + i, detailed=True)
         runs.append((tag, argv))
-    codes = pinned_clients([(argv, out / f"bench-{tag}.log") for tag, argv in runs], pin, env)
+    seen: dict[str, int | None] = {}
+
+    def at_cut() -> None:
+        seen["in_flight"] = count() if count is not None else None
+
+    codes = pinned_clients([(argv, out / f"bench-{tag}.log") for tag, argv in runs], pin, env, within=within, when_cut=at_cut)
     for (tag, _), code in zip(runs, codes, strict=False):
-        if code != 0:
+        if code not in (0, None):
             raise RuntimeError(f"{tool} bench (part {tag}) exited {code}: see {out}/bench-{tag}.log")
+    if None in codes:
+        left = [tag for (tag, _), code in zip(runs, codes, strict=True) if code is None]
+        return {"cut": {"after_s": within, "parts_left": left, "in_flight": seen.get("in_flight")}}
     results = [
         sglang_result(out / f"bench-{tag}.json") if tool == "sglang" else json.loads((out / f"bench-{tag}.json").read_text())
         for tag, _ in runs
@@ -188,14 +213,25 @@ def bench_split(
     return merge(results, level, closed=closed)
 
 
-def pinned_clients(runs: list[tuple[list[str], Path]], pin: tuple[int, ...], env: dict[str, str]) -> list[int]:
+def pinned_clients(
+    runs: list[tuple[list[str], Path]],
+    pin: tuple[int, ...],
+    env: dict[str, str],
+    *,
+    within: float | None = None,
+    when_cut: Callable[[], None] | None = None,
+) -> list[int | None]:
     """Client processes (each an argv and the log its output goes to) started together, each in its
     own session, pinned to the cores ``pin`` (none: unpinned), and waited for in order: their exit
-    codes, up to the first that failed. Every group is ended afterwards, also on a timeout's
-    SIGTERM (SystemExit here), which once left two bench parts running on the H200."""
+    codes, up to the first that failed. ``within`` seconds (None: no bound) is the most all of them
+    together may take: each still running then gets None for its code, and ``when_cut`` is called
+    before they are ended (to read the server while their requests are still in it). Every group
+    is ended afterwards, also on a timeout's SIGTERM (SystemExit here), which once left two bench
+    parts running on the H200."""
     taskset = ["taskset", "--cpu-list", ",".join(map(str, pin))] if pin else []
     started: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []
-    codes: list[int] = []
+    codes: list[int | None] = []
+    until = None if within is None else time.monotonic() + within
     try:
         for argv, path in runs:
             sink = path.open("wb")
@@ -205,8 +241,14 @@ def pinned_clients(runs: list[tuple[list[str], Path]], pin: tuple[int, ...], env
                     sink,
                 )
             )
-        for proc, _ in started:
-            codes.append(proc.wait())
+        for i, (proc, _) in enumerate(started):
+            try:
+                codes.append(proc.wait(None if until is None else max(0.0, until - time.monotonic())))
+            except subprocess.TimeoutExpired:  # this one and those after it: their codes where they ended, else None
+                codes += [later.poll() for later, _ in started[i:]]
+                if when_cut is not None:
+                    when_cut()
+                break
             if codes[-1] != 0:
                 break
     finally:
@@ -305,6 +347,34 @@ def load_to_bench(
     return searched, (goodput, ci), f"tune: the search's answer, {searched:g} {unit}, goodput {goodput:,.1f} +- {ci:,.1f}"
 
 
+def engine_count(url: str, model: str, adapter: engines.EngineAdapter) -> int | None:
+    """Requests the engine has running and queued by its own count (its adapter's
+    ``in_flight_source``); None where it keeps none or the server does not answer."""
+    handle = ServerHandle(url, model, Capacity(), in_flight_source=adapter.in_flight_source)
+
+    async def read() -> int | None:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            return await in_flight(client, handle)
+
+    return asyncio.run(read())
+
+
+def behind(cut: Mapping[str, Any], seconds: float) -> str:
+    """Why a bench run ended by its bound broke: still going that long after its arrivals' span."""
+    count = cut.get("in_flight")
+    held = f", {count} requests in the engine by its own count" if count is not None else ""
+    return (
+        f"behind its arrivals: {len(cut['parts_left'])} bench part(s) still running {cut['after_s'] - seconds:g} s after "
+        f"its {seconds:g} s of arrivals{held}; ended there"
+    )
+
+
+def ratio_at_answer(tool_goodput: tuple[float, float] | None, at: Mapping[str, Mapping[str, Any]]) -> float | None:
+    """The tool's goodput over the bench's output throughput at the answer (None: either missing)."""
+    bench_tok_s = at.get("answer", {}).get("output_tok_s")
+    return tool_goodput[0] / bench_tok_s if tool_goodput and bench_tok_s else None
+
+
 def _sent(r: dict) -> dict:
     keys = ("achieved_rate", "achieved_concurrency", "achieved_over_offered")
     return {k: r[k] for k in (*keys, "delivery_from", "parts", "requests_per_part") if k in r}
@@ -340,6 +410,12 @@ def main(argv: list[str] | None = None) -> None:
         "--only",
         choices=("answer", "above"),
         help="one of the two levels on its own server (two 10-minute commands on the H200 hold 5 minutes each)",
+    )
+    ap.add_argument(
+        "--drain",
+        type=float,
+        default=DRAIN_S,
+        help="open loop: seconds a run may go on after its arrivals' span before it is ended and called behind its arrivals",
     )
     ap.add_argument("--force", action="store_true", help="bench an SLO answer that broke its confirmation all the same")
     ap.add_argument(
@@ -382,7 +458,20 @@ def main(argv: list[str] | None = None) -> None:
     exported = build_export(study, space, chosen, port=port, run_dir=RunDir.for_study(args.study).root)
     adapter = engines.get(space.engine)
     model = adapter.served_model_name(adapter.resolve_model(space.model.path))
-    rows = []
+    rows: list[dict[str, Any]] = []
+
+    def write() -> None:  # after each level: a run cut from outside keeps the levels before it
+        at = {row["level"]: row for row in rows}
+        summary = {
+            "study": args.study, "trial": chosen.number, "params": dict(chosen.trial.params), "slo": targets.model_dump(),
+            "tune": {k: v for k, v in m.items() if k.startswith("slo.")},
+            "mode": slo.mode, "bench": rows, "goodput_over_bench_at_n": ratio_at_answer(tool_goodput, at), "at": args.at,
+            "benched": answer, "tool_goodput": tool_goodput,
+            "host": here.to_dict(), "tune_host": dict(chosen.trial.host) if chosen.trial.host else None,
+            "hosts_apart": hosts_apart,
+        }  # fmt: skip
+        (args.out / f"crosscheck{'-' + args.only if args.only else ''}.json").write_text(json.dumps(summary, indent=2) + "\n")
+
     with ServerProcess(
         exported.command, adapter=adapter, log_path=args.out / "server.log", host="127.0.0.1", port=port, model=model,
         startup_timeout=space.server.startup_timeout,
@@ -396,12 +485,22 @@ def main(argv: list[str] | None = None) -> None:
                 amount = seconds if rate else args.prompts_per_client
                 shape = (amount, load.prompt_tokens, load.output_tokens)
                 r = bench_split(
-                    server.url, model, level, args.split, shape, args.out, closed=not rate, tool=tool, pin=partition.client_cpus
-                )
+                    server.url, model, level, args.split, shape, args.out, closed=not rate, tool=tool, pin=partition.client_cpus,
+                    within=seconds + args.drain if rate else None,
+                    count=functools.partial(engine_count, server.url, model, adapter),
+                )  # fmt: skip
             else:
                 prompts = args.prompts_per_client * int(level)
                 flag = ["--max-concurrency", str(level)]
                 r = bench(server.url, model, flag, prompts, load.prompt_tokens, load.output_tokens, args.out)
+            key = "rate" if rate else "concurrency"
+            if "cut" in r:
+                rows.append(
+                    {"level": ("answer", "above")[i], key: level, "output_tok_s": None, "broke": [behind(r["cut"], seconds)], **r}
+                )
+                print(f"bench at {level:g} {unit}: misses the SLO ({rows[-1]['broke'][0]})")
+                write()
+                continue
             figures = {
                 name: r[f"p99_{name.split('_')[0]}_ms"] / 1000
                 for name in ("ttft_p99", "itl_p99", "tpot_p99")
@@ -413,7 +512,6 @@ def main(argv: list[str] | None = None) -> None:
             delivered = r.get("achieved_over_offered")
             if delivered is not None and delivered < DELIVERED:
                 broke = [f"not delivered: {delivered:.3f} of the offered {unit} < {DELIVERED}", *broke]
-            key = "rate" if rate else "concurrency"
             rows.append(
                 {
                     "level": ("answer", "above")[i],
@@ -426,24 +524,18 @@ def main(argv: list[str] | None = None) -> None:
             )
             sent = f", achieved/offered {delivered:.3f} ({r['delivery_from']})" if delivered is not None else ""
             print(
-                f"bench at {level} {unit}: {r['output_throughput']:,.1f} output tok/s, TTFT p99 {figures['ttft_p99']:.3f} s, "
+                f"bench at {level:g} {unit}: {r['output_throughput']:,.1f} output tok/s, TTFT p99 {figures['ttft_p99']:.3f} s, "
                 f"ITL p99 {figures['itl_p99'] * 1000:.1f} ms, {failed} failed{sent}: "
                 + ("meets the SLO" if not broke else "misses the SLO (" + "; ".join(broke) + ")")
             )
+            write()
     at = {row["level"]: row for row in rows}
-    ratio = tool_goodput[0] / at["answer"]["output_tok_s"] if "answer" in at and tool_goodput else None
-    summary = {
-        "study": args.study, "trial": chosen.number, "params": dict(chosen.trial.params), "slo": targets.model_dump(),
-        "tune": {k: v for k, v in m.items() if k.startswith("slo.")},
-        "mode": slo.mode, "bench": rows, "goodput_over_bench_at_n": ratio, "at": args.at,
-        "benched": answer, "tool_goodput": tool_goodput,
-        "host": here.to_dict(), "tune_host": dict(chosen.trial.host) if chosen.trial.host else None, "hosts_apart": hosts_apart,
-    }  # fmt: skip
-    (args.out / f"crosscheck{'-' + args.only if args.only else ''}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    ratio = ratio_at_answer(tool_goodput, at)
     if tool_goodput is not None:
         print(f"tune: trial {chosen.number} at {answer:g} {unit}, goodput {tool_goodput[0]:,.1f} +- {tool_goodput[1]:,.1f}")
     if ratio is not None:
-        print(f"ratio goodput / bench output throughput at {answer}: {ratio:.3f} (within 5 %: {abs(ratio - 1) <= 0.05})")
+        print(f"ratio goodput / bench output throughput at {answer:g}: {ratio:.3f} (within 5 %: {abs(ratio - 1) <= 0.05})")
+    if "answer" in at:
         print(f"bench meets the SLO at the answer: {not at['answer']['broke']}")
     if "above" in at:
         print(f"bench misses the SLO at {args.above:g} x: {bool(at['above']['broke'])}")

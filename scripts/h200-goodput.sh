@@ -24,6 +24,8 @@
 #                                              # so that PHASE=confirm RESUME=1 runs R's step again
 #   FORCE=1                                    # bench: the search's answer also where its confirmation broke and no step held
 #   AT=R                                       # bench: at R (and 1.15 R) instead of the study's answer, beside its confirmation run at R
+#   DRAIN=120                                  # bench, open loop: a run still going this many s after its arrivals is ended and
+#                                              # called behind them; DEADLINE >= start (~90 s) + arrivals + DRAIN + 40
 #   PHASE=ab RATE=R AB_SECONDS=60 REPEATS=2    # the tool's open loop at R from senders planned for 1 client core and for
 #                                              # all of them, interleaved, on one server (benchmarks/open_loop_ab.py)
 #   PHASE=ab RATE=R AB='{}' AB2='{"min_tokens": 128}'   # ... with these two request bodies instead of the two plans
@@ -76,7 +78,8 @@ else
   timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
     python3 benchmarks/goodput_crosscheck.py --study "$study" --out "$out/$study-bench${ONLY:+-$ONLY}" \
     --prompts-per-client "${PROMPTS:-20}" --seconds "${SECONDS_PER_RUN:-60}" --split "${SPLIT:-4}" \
-    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"} ${ONLY:+--only "$ONLY"} ${FORCE:+--force} ${AT:+--at "$AT"}
+    ${ABOVE_SECONDS:+--above-seconds "$ABOVE_SECONDS"} ${ONLY:+--only "$ONLY"} ${FORCE:+--force} ${AT:+--at "$AT"} \
+    ${DRAIN:+--drain "$DRAIN"}
   echo "crosscheck exit $? after $(( $(date +%s) - t0 ))s"
   # $OUT brings back 8 files: the parts' summaries (without their per-request arrays, 12 MB a part) in one
   # file, everything else of the bench in one archive, instead of a file per part that did not all come back

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from goodput_crosscheck import merge, pinned_clients, shares
+import goodput_crosscheck
+from goodput_crosscheck import behind, bench_split, merge, pinned_clients, shares
 
 from tests.conftest import assert_group_gone
 
@@ -109,6 +110,53 @@ def test_pinned_clients_run_on_their_cores_and_leave_no_process_behind(tmp_path:
         cores, group = log.read_text().split("]")
         assert cores == "[0", log.read_text()
         assert_group_gone(int(group))
+
+
+def test_clients_still_running_at_the_bound_are_ended_and_read_first(tmp_path: Path) -> None:
+    """A bound on all the clients together: one that finished keeps its code, each still running
+    gets None, the server is read (``when_cut``) before any is ended, and no group is left."""
+    runs = [
+        ([sys.executable, "-c", CLIENT, seconds, "0"], tmp_path / f"c{i}.log") for i, seconds in enumerate(["0.1", "60", "60"])
+    ]
+    read: list[bool] = []
+
+    def when_cut() -> None:  # the clients are still there when the server is read
+        read.append(all(log.read_text() for _, log in runs))
+
+    assert pinned_clients(runs, (), dict(os.environ), within=3.0, when_cut=when_cut) == [0, None, None]
+    assert read == [True]
+    for _, log in runs:
+        assert_group_gone(int(log.read_text().split("]")[1]))
+
+
+def test_a_split_bench_that_outlives_its_arrivals_is_cut_with_the_engines_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The H100's 1.15 x bench (256 running, up to 476 queued) had not drained 22 s after its 300 s of
+    arrivals when the call's clock cut it, and nothing was written: past ``within`` the parts are
+    ended and the level is behind its arrivals, with what the engine held then."""
+    parts = iter(["0", "60"])  # one part done, one still sending
+
+    def argv(*args: object, **kwargs: object) -> list[str]:
+        return [sys.executable, "-c", CLIENT, next(parts), "0"]
+
+    monkeypatch.setattr(goodput_crosscheck, "bench_argv", argv)
+    r = bench_split("http://127.0.0.1:1", "m", 8.0, 2, (1.0, 16, 4), tmp_path, within=3.0, count=lambda: 476)
+    assert r == {"cut": {"after_s": 3.0, "parts_left": ["r8-p1"], "in_flight": 476}}
+    said = behind(r["cut"], 1.0)
+    assert said.startswith("behind its arrivals: 1 bench part(s) still running 2 s after its 1 s of arrivals, 476 requests")
+    assert_group_gone(int((tmp_path / "bench-r8-p1.log").read_text().split("]")[1]))
+
+
+def test_a_failed_part_is_an_error_also_when_another_is_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = iter([("60", "0"), ("0.1", "3")])
+
+    def argv(*args: object, **kwargs: object) -> list[str]:
+        return [sys.executable, "-c", CLIENT, *next(parts)]
+
+    monkeypatch.setattr(goodput_crosscheck, "bench_argv", argv)
+    with pytest.raises(RuntimeError, match=r"part r8-p1\) exited 3"):
+        bench_split("http://127.0.0.1:1", "m", 8.0, 2, (1.0, 16, 4), tmp_path, within=2.0)
 
 
 def test_an_answer_that_broke_its_confirmation_is_not_benched_unless_forced(tmp_path: Path) -> None:

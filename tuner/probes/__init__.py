@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from tuner.base.metrics import CAPACITY_CONTEXT_PER_REQUEST, CAPACITY_KV_TOKENS, CAPACITY_MAX_RUNNING_REQUESTS
 from tuner.probes._base import Probe, ServerHandle
+from tuner.probes._drain import in_flight
 from tuner.probes._senders import CEILING, Senders, arrival_offsets, client_cores
 from tuner.probes._stream import RequestRecord
 from tuner.probes.load import LoadProbe
@@ -35,6 +36,7 @@ __all__ = [
     "arrival_offsets",
     "client_cores",
     "from_space",
+    "in_flight",
     "metric_names",
 ]
 
