@@ -50,6 +50,36 @@ def test_alike_hosts_are_not_apart_and_each_difference_is_named() -> None:
     assert "a core's Python speed 24.0 vs 12.0 ms a loop (2.00 x)" in found
 
 
+def test_the_same_cards_are_one_machine_whose_calibration_moves_and_other_cards_another() -> None:
+    """On one H100 machine the calibration read 26.9 ms at a confirmation and 15.1 ms at the bench
+    eight minutes later (its decode steps unchanged), and every lent machine is named ``vm``: the
+    GPUs' UUIDs say which machine it was."""
+    vm = HostFingerprint("vm", "Intel(R) Xeon(R) Processor", 16, (H100,), "580.159.04", 26.88, (0,), ("GPU-3f2a9c1e-aa",))
+    assert apart(vm, HostFingerprint(**{**vm.to_dict(), "loop_ms": 15.1})) == []
+    other = HostFingerprint(**{**vm.to_dict(), "loop_ms": 15.1, "gpu_ids": ["GPU-91bc0d77-bb"]})
+    assert apart(vm, other) == [
+        "another machine (GPU GPU-3f2a9c1e... vs GPU-91bc0d77...)",
+        "a core's Python speed 26.9 vs 15.1 ms a loop (1.78 x)",
+    ]
+    assert apart(vm, other, names=False) == ["a core's Python speed 26.9 vs 15.1 ms a loop (1.78 x)"]  # a cluster's alike nodes
+    older = HostFingerprint(**{**vm.to_dict(), "loop_ms": 15.1, "gpu_ids": []})  # stored before the UUIDs were
+    assert apart(vm, older) == ["a core's Python speed 26.9 vs 15.1 ms a loop (1.78 x)"]
+    assert HostFingerprint.from_dict(other.to_dict()) == other and other.gpu_ids == ("GPU-91bc0d77-bb",)
+
+
+def test_the_gpus_uuids_come_from_nvidia_smi_where_the_nvml_binding_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.host import devices
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, GPU-aaaa'\necho '1, GPU-bbbb'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(devices, "_nvml", lambda query, fallback: fallback())
+    assert devices.gpu_uuids([1]) == ("GPU-bbbb",) and devices.gpu_uuids([0, 1]) == ("GPU-aaaa", "GPU-bbbb")
+
+
 def test_a_stored_fingerprint_reads_back_and_one_never_stored_or_damaged_reads_as_none() -> None:
     assert HostFingerprint.from_dict(A.to_dict()) == A
     assert HostFingerprint(**A.to_dict()) == A and apart(A, HostFingerprint(**A.to_dict())) == []  # lists as stored: tuples

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["GpuHygiene", "Holder", "gpu_names", "nvml_holders", "nvml_used_mib"]
+__all__ = ["GpuHygiene", "Holder", "gpu_names", "gpu_uuids", "nvml_holders", "nvml_used_mib"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,6 +58,18 @@ def gpu_names(ids: Iterable[int]) -> tuple[tuple[str, ...], str | None] | None:
         return names, text(nvml.nvmlSystemGetDriverVersion())
 
     return _nvml(query, lambda: _smi_names(ids))
+
+
+def gpu_uuids(ids: Iterable[int]) -> tuple[str, ...] | None:
+    """The GPUs' UUIDs (one per physical card: the same UUIDs, the same machine), or None where
+    NVML is not available."""
+    ids = list(ids)
+
+    def query(nvml: Any) -> tuple[str, ...]:
+        found = (nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)) for i in ids)
+        return tuple(u.decode() if isinstance(u, bytes) else str(u) for u in found)
+
+    return _nvml(query, lambda: _smi_uuids(ids))
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,14 @@ def _smi_names(ids: list[int]) -> tuple[tuple[str, ...], str | None] | None:
         return None
     found = {int(r[0]): (r[1], r[2]) for r in rows}
     return tuple(found[i][0] for i in ids if i in found), next((found[i][1] for i in ids if i in found), None)
+
+
+def _smi_uuids(ids: list[int]) -> tuple[str, ...] | None:
+    rows = _smi(["--query-gpu=index,uuid"])
+    if rows is None:
+        return None
+    found = {int(i): uuid for i, uuid in rows}
+    return tuple(found[i] for i in ids if i in found)
 
 
 def _smi_holders(ids: list[int]) -> list[Holder] | None:

@@ -11,6 +11,14 @@ pure-Python loop on the partition's server cores before its server starts (the l
 ``timeit`` takes it: what the core does when nothing else gets in the way), ~10 ms a run on a
 current x86 core. Two hosts whose figures differ by more than :data:`SPEED_RATIO` run a
 CPU-bound engine at different speeds, whatever their CPU model strings say.
+
+The calibration is a moment of the host, though, not the host: on one H100 machine (2026-12-07,
+one lease) it read 25.9 and 26.9 ms in the first ten minutes and 15.1 and 16.1 ms twenty minutes
+later, while the engine's own decode steps stayed put (1.68 and 1.65 ms a step at <= 8 running).
+Every lent machine there is named ``vm``, so neither name nor calibration told one machine from
+another. The GPUs' UUIDs do (one per physical card): two fingerprints with the same cards are the
+same machine, and their calibrations are not compared; different cards on hosts that ``names``
+tells apart are named as such.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.host.cores import pinned
-from tuner.host.devices import gpu_names
+from tuner.host.devices import gpu_names, gpu_uuids
 
 __all__ = ["HOST_FILE", "SPEED_RATIO", "HostFingerprint", "apart", "calibrate", "this_host"]
 
@@ -49,10 +57,11 @@ class HostFingerprint:
     driver: str | None = None
     loop_ms: float | None = None  # the calibration: least time of the fixed Python loop on the server's cores
     cores: tuple[int, ...] = field(default=())  # where the calibration ran
+    gpu_ids: tuple[str, ...] = field(default=())  # the partition's GPUs by UUID: the same cards, the same machine
 
     def __post_init__(self) -> None:  # lists (as to_dict writes them) compare unequal to tuples: keep tuples
-        object.__setattr__(self, "gpus", tuple(self.gpus))
-        object.__setattr__(self, "cores", tuple(self.cores))
+        for name in ("gpus", "cores", "gpu_ids"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def describe(self) -> str:
         parts = [self.cpu, f"{self.cpus} CPUs"]
@@ -67,7 +76,7 @@ class HostFingerprint:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["gpus"], data["cores"] = list(self.gpus), list(self.cores)
+        data["gpus"], data["cores"], data["gpu_ids"] = list(self.gpus), list(self.cores), list(self.gpu_ids)
         return data
 
     @classmethod
@@ -84,6 +93,7 @@ class HostFingerprint:
                 driver=data.get("driver"),
                 loop_ms=float(data["loop_ms"]) if data.get("loop_ms") is not None else None,
                 cores=tuple(int(c) for c in data.get("cores") or ()),
+                gpu_ids=tuple(str(u) for u in data.get("gpu_ids") or ()),
             )
         except (KeyError, TypeError, ValueError):
             logger.warning("a stored host fingerprint is unreadable: %r", data)
@@ -92,22 +102,32 @@ class HostFingerprint:
 
 def apart(first: HostFingerprint, second: HostFingerprint, *, names: bool = True) -> list[str]:
     """How two hosts differ in what sets an engine's speed (empty: the same host, or alike):
-    the host itself (``names``: a cluster's nodes of one kind are alike though named apart), its
-    CPU or GPU model, its driver, its calibration beyond :data:`SPEED_RATIO`."""
+    the host itself (``names``: a cluster's nodes of one kind are alike though named and carded
+    apart) by its name or its GPUs' UUIDs, its CPU or GPU model, its driver, its calibration beyond
+    :data:`SPEED_RATIO` (not between two fingerprints of the same cards: one machine's calibration
+    moves with what else runs on it)."""
     found = []
     if names and first.name != second.name:
         found.append(f"host {first.name} vs {second.name}")
+    same_cards = bool(first.gpu_ids) and first.gpu_ids == second.gpu_ids
+    if names and first.gpu_ids and second.gpu_ids and not same_cards:
+        found.append(f"another machine (GPU {_cards(first.gpu_ids)} vs {_cards(second.gpu_ids)})")
     if first.cpu != second.cpu:
         found.append(f"CPU {first.cpu} vs {second.cpu}")
     if first.gpus != second.gpus:
         found.append(f"GPUs {', '.join(first.gpus) or 'none'} vs {', '.join(second.gpus) or 'none'}")
     if first.driver != second.driver and first.driver and second.driver:
         found.append(f"driver {first.driver} vs {second.driver}")
-    if first.loop_ms and second.loop_ms:
+    if first.loop_ms and second.loop_ms and not same_cards:
         ratio = second.loop_ms / first.loop_ms
         if max(ratio, 1 / ratio) > SPEED_RATIO:
             found.append(f"a core's Python speed {first.loop_ms:.1f} vs {second.loop_ms:.1f} ms a loop ({1 / ratio:.2f} x)")
     return found
+
+
+def _cards(uuids: Sequence[str]) -> str:
+    """GPU UUIDs shortened to what tells them apart in a line (GPU-3f2a9c1e...)."""
+    return ", ".join(u[:12] + "..." if len(u) > 12 else u for u in uuids)
 
 
 def _loop(n: int) -> int:
@@ -159,4 +179,5 @@ def this_host(devices: Sequence[int] = (), cores: Sequence[int] = (), *, calibra
         driver=driver,
         loop_ms=round(calibrate(cores), 2) if calibration else None,
         cores=tuple(cores),
+        gpu_ids=(gpu_uuids(devices) or ()) if devices else (),
     )
