@@ -69,8 +69,9 @@ elif [ "$PHASE" = ab ]; then
     --seconds "${AB_SECONDS:-60}" --repeats "${REPEATS:-2}" ${AB:+--request "$AB"} ${AB2:+--request "$AB2"}
   echo "ab exit $? after $(( $(date +%s) - t0 ))s"
 elif [ "$PHASE" = confirm ]; then
-  timeout --foreground -s TERM -k 20 "$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))" \
-    python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}" --steps "${STEPS:-3}" ${RESUME:+--resume}
+  left=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))  # --timeout: a run that cannot end in it is refused, not cut
+  timeout --foreground -s TERM -k 20 "$left" python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}" \
+    --steps "${STEPS:-3}" ${RESUME:+--resume} --timeout "$(( left - 5 ))s"
   echo "confirm exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner status --study "$study" > "$out/$study-status.txt" 2>&1
   python3 -m tuner export --study "$study" --format json > "$out/$study-export.json" 2> "$out/$study-export.err"

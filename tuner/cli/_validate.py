@@ -13,7 +13,7 @@ from tuner.base.units import format_duration, parse_duration
 from tuner.cli._common import echo
 from tuner.launching.executors import InlineExecutor
 from tuner.objectives import ObjectiveSet
-from tuner.orchestration.confirm import Confirmation, answer_of
+from tuner.orchestration.confirm import Confirmation, answer_of, time_needed
 from tuner.orchestration.confirm import confirm as confirm_pick
 from tuner.orchestration.validate import Revalidation, revalidate
 from tuner.results.confirmation import describe as describe_confirmation
@@ -38,6 +38,12 @@ def validate(
     resume: bool = typer.Option(
         False, "--resume", help="with --confirm: go on from the stored confirmation's runs, a step below its last (cut short)"
     ),
+    timeout: str = typer.Option(
+        None,
+        "--timeout",
+        help="with --confirm: the time this command has (a device call, a window): a run that cannot end in it is "
+        "refused before its server starts, and the steps down fit in what is left",
+    ),
 ) -> None:
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
     the_study = open_existing(study, storage)
@@ -47,8 +53,9 @@ def validate(
         lock.lease(the_study)
         if confirm:
             found = run_confirmation(
-                the_study, record, stored_space(record), seconds=_seconds(seconds), how=how, steps=steps, resume=resume
-            )
+                the_study, record, stored_space(record), seconds=_seconds(seconds), how=how, steps=steps, resume=resume,
+                timeout=_seconds(timeout, "--timeout") if timeout is not None else None,
+            )  # fmt: skip
             for line in describe_confirmation(found.to_dict(), found.trial):
                 echo(line)
             searched = record.trial(found.trial)
@@ -86,11 +93,11 @@ def _revalidate(study: optuna.Study, space: SearchSpace, objective: ObjectiveSet
     )
 
 
-def _seconds(text: str) -> float:
+def _seconds(text: str, option: str = "--seconds") -> float:
     try:
         return parse_duration(text)
     except ValueError as exc:
-        raise ConfigError(f"--seconds: {exc}") from None
+        raise ConfigError(f"{option}: {exc}") from None
 
 
 def run_confirmation(
@@ -102,14 +109,27 @@ def run_confirmation(
     how: str,
     steps: int = 3,
     resume: bool = False,
+    timeout: float | None = None,
 ) -> Confirmation:
     """The pick (of ``record``, the study as read) at its SLO answer for ``seconds`` on a fresh
     server, run here (inline), stepping down at most ``steps`` times where it does not hold
-    (``resume``: from the stored runs on); what it finds is written to ``study``."""
+    (``resume``: from the stored runs on); what it finds is written to ``study``. ``timeout``: the
+    seconds this has; a run that cannot end in them is refused (:func:`time_needed`) and the steps
+    get what is left after the first."""
     chosen = pick(record, how)
     answer = answer_of(space, chosen.trial)
+    budget = None
+    if timeout is not None:
+        need, around, reckoned = time_needed(space, chosen.trial, seconds)
+        if need > timeout:
+            raise ConfigError(
+                f"--timeout {format_duration(timeout)}: a {format_duration(seconds)} run of trial {chosen.number} needs about "
+                f"{format_duration(need)} ({reckoned}): give it more time, or --seconds less"
+            )
+        budget = timeout - around  # the runs' own time: a step that cannot end in it is not started
     go_on = " from the stored runs, a step below the last" if resume else ""
     echo(f"confirm: trial {chosen.number} at {describe_answer(answer)}{go_on} for {format_duration(seconds)} on a fresh server")
     return confirm_pick(
-        study, space, RunDir.for_study(study.study_name), InlineExecutor(), chosen, seconds=seconds, steps=steps, resume=resume
-    )
+        study, space, RunDir.for_study(study.study_name), InlineExecutor(), chosen,
+        seconds=seconds, steps=steps, resume=resume, budget=budget,
+    )  # fmt: skip

@@ -44,7 +44,7 @@ from tuner.results.pick import Candidate
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
 from tuner.trials import TrialRecord, save_confirmation
 
-__all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm", "confirmation_space"]
+__all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm", "confirmation_space", "time_needed"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,9 @@ DEFAULT_SECONDS = 600.0  # MLPerf LoadGen's minimum run length
 STEPS = 3  # a confirmation that does not hold steps down at most this often (10 % each)
 MARGIN_S = 120.0  # beyond the start and the run: prompts, warm-up, the stop
 SLICE_S = 60.0  # the SLO is checked per minute of the run
+START_FACTOR = 1.25  # a fresh server's start, against the one its trial measured
+AROUND_S = 30.0  # prompts and the drain before the first arrival, the stop and the study's write after the last
+# (39 s on the H100 beside a 76-s start that its trial had measured at 87 s: the start's factor covers the rest)
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,24 @@ def confirm(
     found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut, host=_host(where), fast=fast)
     save_confirmation(study, chosen.number, found.to_dict())
     return found
+
+
+def time_needed(space: SearchSpace, trial: TrialRecord, seconds: float) -> tuple[float, float, str]:
+    """What one run of ``seconds`` costs a command from its start, as (the whole, the part that is
+    not the run's load, how that was reckoned): the server's start as its trial measured it times
+    :data:`START_FACTOR` (the space's ``startup_timeout`` where none was stored), and
+    :data:`AROUND_S`. On the H100 (2026-12-07) a 7-minute run's first arrival came 93 s after its
+    command began (the server up in 76 s) and the command took 535 s; one given 502 s was cut
+    30 s short of its end, with no verdict."""
+    measured = float(trial.timings.get("startup_s") or 0.0)
+    start = measured * START_FACTOR if measured > 0 else space.server.startup_timeout
+    said = (
+        f"its server started in {measured:.0f} s at the search, x {START_FACTOR:g}"
+        if measured > 0
+        else f"no start stored: server.startup_timeout {start:.0f} s"
+    )
+    around = start + AROUND_S
+    return around + seconds, around, f"{said}; {seconds:.0f} s of load; {AROUND_S:.0f} s around it"
 
 
 def _resumed(space: SearchSpace, chosen: Candidate) -> tuple[dict[str, float], tuple[Mapping[str, Any], ...], dict[str, float]]:
