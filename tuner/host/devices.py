@@ -128,20 +128,23 @@ def _smi_names(ids: list[int]) -> tuple[tuple[str, ...], str | None] | None:
     return tuple(found[i][0] for i in ids if i in found), next((found[i][1] for i in ids if i in found), None)
 
 
-def _smi_uuids(ids: list[int]) -> tuple[str, ...] | None:
+def _smi_uuid_of() -> dict[int, str] | None:
+    """Every GPU's UUID by its index (nvidia-smi), or None without it."""
     rows = _smi(["--query-gpu=index,uuid"])
-    if rows is None:
-        return None
-    found = {int(i): uuid for i, uuid in rows}
-    return tuple(found[i] for i in ids if i in found)
+    return None if rows is None else {int(i): uuid for i, uuid in rows}
+
+
+def _smi_uuids(ids: list[int]) -> tuple[str, ...] | None:
+    found = _smi_uuid_of()
+    return None if found is None else tuple(found[i] for i in ids if i in found)
 
 
 def _smi_holders(ids: list[int]) -> list[Holder] | None:
-    gpus = _smi(["--query-gpu=index,uuid"])
+    gpus = _smi_uuid_of()
     apps = _smi(["--query-compute-apps=gpu_uuid,pid,used_memory"])
     if gpus is None or apps is None:
         return None
-    index = {uuid: int(i) for i, uuid in gpus}
+    index = {uuid: i for i, uuid in gpus.items()}
     return [
         Holder(index[uuid], int(pid), float(used) if used.replace(".", "").isdigit() else None)
         for uuid, pid, used in apps
