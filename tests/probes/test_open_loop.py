@@ -210,6 +210,21 @@ def test_completions_that_fall_behind_arrivals_break_the_slo() -> None:
     assert slo.violated({**figures, "horizon_s": 60.0}) == []  # within a minute it would add 30 s: it holds that long
 
 
+def test_a_growth_break_says_what_the_level_could_afford() -> None:
+    """The H100's confirmation at 56/s (2026-12-07): its TTFT p99 over the target left no headroom,
+    and the growth line read "> 0/s, what adds 0 s of wait"; now it says none was left and why."""
+    slo = SloTargets(ttft_p99=1.0)
+    level = {"growth": 0.19, "growth_ci": 0.18, "completion_rate": 55.4, "horizon_s": 420.0, "decisive": True}
+    spare = next(b for b in slo.violated({**level, "ttft_p99": 0.9}) if "grew" in b)
+    assert "> 0.013/s, what adds 0.1 s of wait within 420 s" in spare, spare
+    none_left = [b for b in slo.violated({**level, "ttft_p99": 1.09}) if "grew" in b]
+    assert none_left == ["requests in the system grew 0.19 +- 0.18/s > 0/s: its TTFT p99 1.09 s against 1 s leaves "
+                         "no headroom, so any growth breaks it"], none_left  # fmt: skip
+    timed = SloTargets(itl_p99=0.05)
+    line = next(b for b in timed.violated({**level, "e2e_p99": 30.0, "request_timeout": 30.0}) if "grew" in b)
+    assert "E2E p99 30 s against the 30-s timeout leaves no headroom" in line, line
+
+
 def test_a_client_bound_rate_is_never_the_answer() -> None:
     """A server that holds any rate, senders that deliver only up to 5/s: the answer stays below
     the first rate they could not send, and the search says the limit was the client's."""

@@ -333,11 +333,7 @@ class SloTargets(_Strict):
         if growth is not None and critical is not None:
             judged = growth if level.get("decisive") else growth - ci
             if judged > critical:
-                within = f"{self._headroom(level):.2g} s of wait within {level.get('horizon_s', 0):.0f} s"
-                broken.append(
-                    f"requests in the system grew {growth:.3g} +- {ci:.2g}/s > {critical:.2g}/s, what adds {within} "
-                    "(completions fall behind arrivals)"
-                )
+                broken.append(f"requests in the system grew {growth:.3g} +- {ci:.2g}/s > {self._growth_allowed(level, critical)}")
         return broken
 
     def critical_growth(self, level: Mapping[str, Any]) -> float | None:
@@ -351,6 +347,18 @@ class SloTargets(_Strict):
         if not horizon or done is None or level.get("growth") is None:
             return None
         return max(0.0, float(done) * self._headroom(level) / float(horizon))
+
+    def _growth_allowed(self, level: Mapping[str, Any], critical: float) -> str:
+        """What growth the level could afford and why, for a break's line: the wait it adds within
+        the horizon, or, where the level's own tail already used the headroom up, that none is left."""
+        if critical > 0:
+            within = f"{self._headroom(level):.2g} s of wait within {level.get('horizon_s', 0):.0f} s"
+            return f"{critical:.2g}/s, what adds {within} (completions fall behind arrivals)"
+        if self.ttft_p99 is not None:
+            tail = f"TTFT p99 {level.get('ttft_p99') or 0.0:.3g} s against {self.ttft_p99:g} s"
+        else:
+            tail = f"E2E p99 {level.get('e2e_p99') or 0.0:.3g} s against the {level.get('request_timeout') or 0.0:g}-s timeout"
+        return f"0/s: its {tail} leaves no headroom, so any growth breaks it"
 
     def _headroom(self, level: Mapping[str, Any]) -> float:
         if self.ttft_p99 is not None:
