@@ -11,9 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import goodput_crosscheck
-from goodput_crosscheck import behind, bench_split, merge, pinned_clients, shares
+from goodput_crosscheck import behind, bench_split, judged_minutes, merge, minutes, pinned_clients, shares, throughout
 
 from tests.conftest import assert_group_gone
+from tuner.space import SloTargets
 
 
 def _part(starts: list[float], ttft: float, failed: int = 0) -> dict:
@@ -233,3 +234,36 @@ def test_an_answer_its_confirmation_corrected_is_benched_at_the_corrected_load()
     held = {**confirmed, "held": True, "confirmed_answer": {"rate": 48.0}}
     assert load_to_bench(metrics, held, True, None)[:2] == (48.0, (6000.0, 100.0))
     assert load_to_bench(metrics, confirmed, True, 40.0)[:2] == (40.0, None)
+
+
+def test_a_bench_run_is_judged_by_its_minutes_as_the_confirmation_is() -> None:
+    """vLLM on the H100 (2026-12-07): 50.4/s for 7 minutes held over the whole run (TTFT p99 0.89 s)
+    and broke in 3 of its minutes, where its KV pool filled. Two parts at 2/s each over 180 s, the
+    second minute's requests of one part slow: the whole run's p99 holds, that minute does not."""
+    slo = SloTargets(ttft_p99=1.0, itl_p99=0.05)
+    starts = [1000.0 + i * 0.5 for i in range(360)]  # perf_counter seconds, one clock for both parts
+    a, b = _part(starts, ttft=0.2), _part([t + 0.25 for t in starts], ttft=0.2)
+    a["ttfts"] = [1.5 if 60 <= t - 1000.0 < 63 else 0.2 for t in starts]  # 6 of the 240 requests in minute 2
+    whole = merge([a, b], 4.0)
+    assert whole["p99_ttft_ms"] < 1000.0
+    by_minute = minutes([a, b], 4.0, 180.0)
+    assert by_minute["timed_by"] == "send times" and [s["requests"] for s in by_minute["slices"]] == [240, 240, 240]
+    assert judged_minutes(slo, by_minute) == ["minute 2: ttft_p99 1.5 > 1"]
+    assert by_minute["slices"][1]["broke"] == ["ttft_p99 1.5 > 1"] and "broke" not in by_minute["slices"][0]
+    assert throughout(by_minute, judged_minutes(slo, by_minute)).startswith("broke in 1 of its 3 minutes (minute 2:")
+    a["ttfts"] = [0.2] * len(starts)
+    assert judged_minutes(slo, minutes([a, b], 4.0, 180.0)) == []
+
+
+def test_without_send_times_a_request_s_minute_is_its_place_in_the_schedule() -> None:
+    """SGLang's bench keeps no send times: part p's i-th request at i x K / R; sends past the last
+    whole minute count in it; failed requests count in their minute's error rate."""
+    parts = [_part([0.0] * 250, ttft=0.2, failed=2) for _ in range(2)]  # 2 parts at 2/s: 250 each over 125 s
+    for p in parts:
+        del p["start_times"]
+    by_minute = minutes(parts, 4.0, 125.0)
+    assert by_minute["timed_by"].startswith("request order")
+    assert [s["requests"] for s in by_minute["slices"]] == [240, 260]  # 120 a part a minute, the 5 s past the end in the last
+    assert by_minute["slices"][0]["error_rate"] == pytest.approx(4 / 240) and by_minute["slices"][1]["error_rate"] == 0.0
+    assert judged_minutes(SloTargets(ttft_p99=1.0), by_minute) == ["minute 1: error_rate 0.0167 > 0"]
+    assert by_minute["slices"][0]["tpot_p99"] == pytest.approx(0.015)
