@@ -262,6 +262,10 @@ def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_comman
     assert found["held"] is True and found["answer"] == {"concurrency": 2.0} and len(found["slices"]) == 3
     assert found["goodput"] > 0 and found["seconds"] == pytest.approx(6.0, abs=1.0)
     assert (tmp_path / "runs/c/confirm/trial0-0/server.log").exists()
+    # the pool its fresh server had, by llama-server's own count, in requests of the space's one shape
+    shape = raw["probes"]["load"]["prompt_tokens"] + raw["probes"]["load"]["output_tokens"]
+    pool = found["kv_pool"]
+    assert pool["per_request"] == shape and pool["tokens"] > 0 and pool["requests"] == pool["tokens"] // shape, pool
     # both ran here, and each stored the host it ran on (the warning where they differ: tests/test_corrected.py)
     assert found["host"]["name"] == study.trials[0].user_attrs["host"]["name"] == socket.gethostname()
     assert found["host"]["loop_ms"] > 0 and found["host"]["cpu"] == study.trials[0].user_attrs["host"]["cpu"]

@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,8 @@ class Confirmation:
     host: Mapping[str, Any] | None = None  # what it ran on (tuner.host.fingerprint), where its worker wrote it
     # the most running requests the config decodes on CUDA graphs, where more may run (EngineAdapter.fast_path)
     fast_path: int | None = None
+    # the KV pool its server had, in tokens and in requests of the load's one shape (kv_pool)
+    kv_pool: Mapping[str, int] | None = None
 
     @property
     def corrected(self) -> bool:
@@ -109,6 +111,7 @@ class Confirmation:
             "cut_run": dict(self.cut_run) if self.cut_run is not None else None,
             "host": dict(self.host) if self.host is not None else None,
             "fast_path": self.fast_path,
+            "kv_pool": dict(self.kv_pool) if self.kv_pool is not None else None,
         }
 
 
@@ -185,8 +188,25 @@ def confirm(
     runs, failure = _runs(result, where)
     cut = _cut_run(where) if failure else None
     found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut, host=_host(where), fast=fast)
+    found = replace(found, kv_pool=kv_pool(space, chosen.trial, None if isinstance(result, str) else result))
     save_confirmation(study, chosen.number, found.to_dict())
     return found
+
+
+def kv_pool(space: SearchSpace, trial: TrialRecord, outcome: TrialOutcome | None) -> dict[str, int] | None:
+    """The KV pool a confirmation's server had (its own count, else its trial's), in tokens and in
+    requests of the load's one shape (prompt + output tokens): past that many requests in the system,
+    new ones wait for KV. None where the engine said no size, or the requests have no one size (a
+    workload's lengths, a dataset's texts) or share a prefix. vLLM on the H100 at 0.03 of its memory
+    (2026-12-07): 82,368 tokens, 128 requests of 640; a minute broke where a burst filled it."""
+    load = space.load_spec() or LoadProbeSpec()
+    if load.workload is not None or load.dataset or load.prefix_tokens:
+        return None
+    tokens = (outcome.capacity.kv_tokens if outcome is not None else None) or trial.capacity.get("kv_tokens")
+    if not tokens:
+        return None
+    per_request = load.prompt_tokens + load.output_tokens
+    return {"tokens": int(tokens), "per_request": per_request, "requests": int(tokens) // per_request}
 
 
 def time_needed(space: SearchSpace, trial: TrialRecord, seconds: float) -> tuple[float, float, str]:

@@ -15,6 +15,7 @@ __all__ = [
     "describe_step",
     "other_host",
     "past_fast_path",
+    "past_kv_pool",
     "run_verdict_text",
     "steps",
     "uncorrected_failure",
@@ -81,7 +82,7 @@ def describe(found: Mapping[str, Any], number: int) -> list[str]:
         lines.append(f"  from {part.from_s or 0.0:,.0f} s: {part.output_tok_s or 0:,.1f} tok/s, {p99}{broke}")
     if found.get("broke"):
         lines.append(f"  the whole run broke: {'; '.join(found['broke'])}")
-    return lines + past_fast_path(found) + steps(found)
+    return lines + past_fast_path(found) + past_kv_pool(found) + steps(found)
 
 
 def past_fast_path(found: Mapping[str, Any]) -> list[str]:
@@ -100,6 +101,32 @@ def past_fast_path(found: Mapping[str, Any]) -> list[str]:
                 f"  at {describe_step(found, run.get('at', 0.0))}: requests in the system reached {most} from "
                 f"{over[0].get('from_s') or 0.0:,.0f} s, past the {cap} this config decodes on CUDA graphs; "
                 "above it each step runs without them, slower, and a queue feeds itself"
+            )
+    return lines
+
+
+def past_kv_pool(found: Mapping[str, Any]) -> list[str]:
+    """A line per run whose requests in the system passed what its server's KV pool holds
+    (``kv_pool``: tokens, and requests of the load's one shape): in how many minutes, up to how
+    many, and how many of those broke the SLO. There new requests wait for KV, and the tail of a
+    minute with a burst breaks while the queue does not grow: vLLM on the H100 at 50.4 requests/s
+    (docs/goodput.md, the fifteenth session) passed its 128 in each of its 7 minutes and broke 3,
+    its growth 0.0003 +- 0.095/s. The knob is the pool: the engine's memory fraction."""
+    pool = found.get("kv_pool") or {}
+    if not (cap := pool.get("requests")):
+        return []
+    lines: list[str] = []
+    for run in found.get("runs") or ():
+        minutes = run.get("slices") or ()
+        over = [s for s in minutes if (s.get("in_system_max") or 0) > cap]
+        if over:
+            most = max(int(s["in_system_max"]) for s in over)
+            broke = sum(1 for s in over if s.get("broke"))
+            lines.append(
+                f"  at {describe_step(found, run.get('at', 0.0))}: requests in the system passed the {cap} that the KV pool "
+                f"holds ({pool['tokens']:,} tokens, {pool['per_request']} a request) in {len(over)} of {len(minutes)} minutes, "
+                f"up to {most}; {broke} of those broke the SLO. Past it new requests wait for KV and a burst breaks a "
+                "minute's tail; a larger pool (the engine's memory fraction) raises it"
             )
     return lines
 
