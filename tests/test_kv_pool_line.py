@@ -38,6 +38,9 @@ def test_each_run_past_the_kv_pool_says_in_how_many_minutes_and_how_many_broke()
     assert "memory fraction" in lines[1] and set(lines) <= set(describe(found, 0))
     assert past_kv_pool({**found, "kv_pool": {"tokens": 10**6, "per_request": 640, "requests": 1562}}) == []  # never passed
     assert past_kv_pool(dict(trial.confirmed)) == []  # stored before the pool was: no line
+    said = describe(dict(trial.confirmed), 0)[-1]  # and where the steps left it, with the command that goes on
+    assert said.endswith("the search's 56 requests/s is no answer to size on (tune validate --confirm --resume goes on "
+                         "a step below 50.4 requests/s)"), said  # fmt: skip
 
 
 def test_the_pool_is_counted_in_requests_of_the_load_s_one_shape_only() -> None:

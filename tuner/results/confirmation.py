@@ -156,7 +156,11 @@ def steps(found: Mapping[str, Any]) -> list[str]:
     if (kept := corrected(found)) is not None:
         lines.append(f"  the answer is now {describe_answer(kept)}, the load that held throughout (the search said {at})")
     elif uncorrected_failure(found) and found.get("runs"):
-        lines.append(f"  no load held throughout within the steps and the time left: the search's {at} is no answer to size on")
+        last = describe_step(found, found["runs"][-1].get("at", 0.0))
+        on = "" if found.get("failure") else f" (tune validate --confirm --resume goes on a step below {last})"  # a cut says it
+        lines.append(
+            f"  no load held throughout within the steps and the time left: the search's {at} is no answer to size on{on}"
+        )
     return lines
 
 
