@@ -15,9 +15,6 @@
 #                                              # stepping down 10 % (at most STEPS times) where it breaks;
 #                                              # the runs it finished are stored also when `timeout` cuts it, and
 #   PHASE=confirm RESUME=1 STEPS=0             # goes on one step below the stored runs' last (the next command)
-#   CONFIRM_TIMEOUT=700s                       # confirm: what `tune validate --timeout` reckons with instead of this call's
-#                                              # limit, where the trial's start was a cold one that a server since started
-#                                              # on this machine has cached (vLLM: 140 s cold, 84-89 s warm on the H100)
 #   STUDY=h200-sglang-goodput-rate ...         # SGLang (issue 45): a study named *sglang* installs the SGLang parts (/tmp/sg)
 #   TRIAL_TIMEOUT=450s                         # tune: the space's budget.trial_timeout cut (a copy in /tmp), so that a short DEADLINE keeps the trial
 #   EXECUTOR=inline                            # tune: no Ray (the default where Ray does not import: deps built with NO_RAY=1)
@@ -74,7 +71,7 @@ elif [ "$PHASE" = ab ]; then
 elif [ "$PHASE" = confirm ]; then
   left=$(( ${DEADLINE:-570} - ($(date +%s) - t0) - 20 ))  # --timeout: a run that cannot end in it is refused, not cut
   timeout --foreground -s TERM -k 20 "$left" python3 -m tuner validate --study "$study" --confirm --seconds "${CONFIRM:-7m}" \
-    --steps "${STEPS:-3}" ${RESUME:+--resume} --timeout "${CONFIRM_TIMEOUT:-$(( left - 5 ))s}"
+    --steps "${STEPS:-3}" ${RESUME:+--resume} --timeout "$(( left - 5 ))s"
   echo "confirm exit $? after $(( $(date +%s) - t0 ))s"
   python3 -m tuner status --study "$study" > "$out/$study-status.txt" 2>&1
   python3 -m tuner export --study "$study" --format json > "$out/$study-export.json" 2> "$out/$study-export.err"

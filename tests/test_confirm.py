@@ -19,10 +19,10 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import tiny_space
+from tests.conftest import tiny_space, tune_here
 from tuner.base.level import Level, levels_in
 from tuner.host.ledger import Ledger
-from tuner.probes import LoadProbe
+from tuner.probes import LoadProbe, long_run
 from tuner.probes._senders import arrival_offsets
 from tuner.probes._stream import RequestRecord
 from tuner.probes.load import summarize
@@ -238,7 +238,7 @@ def test_a_running_confirmation_keeps_its_settled_slices_as_the_finished_run_rep
 
 @pytest.mark.integration
 def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_command_says_so(
-    tmp_path: Path, llama_server: Path
+    tmp_path: Path, llama_server: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A real tiny tune with an SLO probe (answer: 2 clients, the spec's bound), then `tune
     validate --confirm` for 6 s in 2-s slices on a fresh llama-server: held, three slices, stored
@@ -278,6 +278,33 @@ def test_tune_validate_confirm_runs_the_pick_long_at_its_answer_and_every_comman
     markdown = (tmp_path / "runs/c/report.md").read_text()
     assert "confirmation of trial 0: 0.1 min at 2 clients on a fresh server held the SLO throughout" in markdown
     _sigterm_mid_confirmation_ends_the_server(tmp_path)
+    _no_time_once_the_server_is_up_runs_nothing(tmp_path, monkeypatch, capsys)
+
+
+def _no_time_once_the_server_is_up_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--timeout` that the least a run needs fits, and the run, reckoned once the server is up,
+    does not (the run made longer than any timeout here, past the CLI's check): the server is
+    ended, one line says why, exit 2, and the stored confirmation is as it was. On the H100 (2026-12-07) the rule
+    before refused up front a vLLM run that would have ended with 115 s to spare."""
+    study = optuna.load_study(study_name="c", storage=f"sqlite:///{tmp_path}/runs/c/study.db")
+    before = study.user_attrs["confirmed.0"]
+    monkeypatch.chdir(tmp_path)
+    real = long_run.no_time  # the probe's own reckoning, of a run made longer than any timeout here
+    monkeypatch.setattr(long_run, "no_time", lambda spec, at: real(spec.model_copy(update={"duration": 10_000.0}), at))
+    capsys.readouterr()
+    code = tune_here("validate", "--study", "c", "--confirm", "--seconds", "6s", "--timeout", "5m")
+    said = capsys.readouterr()
+    assert code == 2, said
+    line = [row for row in said.err.splitlines() if "no time for" in row]
+    assert len(line) == 1 and "its server started in" in line[0] and "nothing ran" in line[0], said.err
+    assert "no time for 2h46m at 2 clients: " in line[0] and "s left before the command's timeout, 10015 s needed" in line[0], (
+        line
+    )
+    assert (tmp_path / "runs/c/confirm/trial0-2/server.log").exists()  # the server it started, then ended
+    again = optuna.load_study(study_name="c", storage=f"sqlite:///{tmp_path}/runs/c/study.db")
+    assert again.user_attrs["confirmed.0"] == before and not Ledger(tmp_path / "runs/c/servers").entries()
 
 
 def _sigterm_mid_confirmation_ends_the_server(tmp_path: Path) -> None:

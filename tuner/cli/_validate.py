@@ -3,6 +3,8 @@ With ``--confirm``: run the pick once, long, at its SLO answer instead (tuner.or
 
 from __future__ import annotations
 
+import time
+
 import optuna
 import typer
 
@@ -13,7 +15,7 @@ from tuner.base.units import format_duration, parse_duration
 from tuner.cli._common import echo
 from tuner.launching.executors import InlineExecutor
 from tuner.objectives import ObjectiveSet
-from tuner.orchestration.confirm import Confirmation, answer_of, time_needed
+from tuner.orchestration.confirm import STOP_S, Confirmation, answer_of, time_needed
 from tuner.orchestration.confirm import confirm as confirm_pick
 from tuner.orchestration.validate import Revalidation, revalidate
 from tuner.results.confirmation import describe as describe_confirmation
@@ -42,7 +44,8 @@ def validate(
         None,
         "--timeout",
         help="with --confirm: the time this command has (a device call, a window): a run that cannot end in it is "
-        "refused before its server starts, and the steps down fit in what is left",
+        "not started (before its server starts where even the least it needs is more, else once the server is up), "
+        "and the steps down fit in what is left",
     ),
 ) -> None:
     """Re-run the top configs on fresh servers; store mean and spread on the study."""
@@ -114,22 +117,23 @@ def run_confirmation(
     """The pick (of ``record``, the study as read) at its SLO answer for ``seconds`` on a fresh
     server, run here (inline), stepping down at most ``steps`` times where it does not hold
     (``resume``: from the stored runs on); what it finds is written to ``study``. ``timeout``: the
-    seconds this has; a run that cannot end in them is refused (:func:`time_needed`) and the steps
-    get what is left after the first."""
+    seconds this has: a run that cannot end in them is refused, before the server starts where
+    even the least it needs is more (:func:`time_needed`), else once the server is up, by its
+    measured start (the first run, and each step)."""
     chosen = pick(record, how)
     answer = answer_of(space, chosen.trial)
-    budget = None
+    until = None
     if timeout is not None:
-        need, around, reckoned = time_needed(space, chosen.trial, seconds)
+        need, reckoned = time_needed(space, chosen.trial, seconds)
         if need > timeout:
             raise ConfigError(
-                f"--timeout {format_duration(timeout)}: a {format_duration(seconds)} run of trial {chosen.number} needs about "
-                f"{format_duration(need)} ({reckoned}): give it more time, or --seconds less"
+                f"--timeout {format_duration(timeout)}: a {format_duration(seconds)} run of trial {chosen.number} needs at "
+                f"least {format_duration(need)} ({reckoned}): give it more time, or --seconds less"
             )
-        budget = timeout - around  # the runs' own time: a step that cannot end in it is not started
+        until = time.time() + timeout - STOP_S  # each run, the first included, only where it ends before it
     go_on = " from the stored runs, a step below the last" if resume else ""
     echo(f"confirm: trial {chosen.number} at {describe_answer(answer)}{go_on} for {format_duration(seconds)} on a fresh server")
     return confirm_pick(
         study, space, RunDir.for_study(study.study_name), InlineExecutor(), chosen,
-        seconds=seconds, steps=steps, resume=resume, budget=budget,
+        seconds=seconds, steps=steps, resume=resume, until=until,
     )  # fmt: skip

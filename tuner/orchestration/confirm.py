@@ -38,13 +38,23 @@ from tuner.host.ledger import Ledger
 from tuner.launching.executors import Executor
 from tuner.launching.scheduler import Scheduler
 from tuner.probes.load import request_body
-from tuner.probes.long_run import PARTIAL_FILE, RUNS_FILE, step_below
+from tuner.probes.long_run import AFTER_RUN_S, PARTIAL_FILE, RUNS_FILE, step_below
 from tuner.results.confirmation import describe_answer
 from tuner.results.pick import Candidate
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
 from tuner.trials import TrialRecord, save_confirmation
 
-__all__ = ["DEFAULT_SECONDS", "MARGIN_S", "Confirmation", "answer_of", "confirm", "confirmation_space", "time_needed"]
+__all__ = [
+    "DEFAULT_SECONDS",
+    "MARGIN_S",
+    "STOP_S",
+    "Confirmation",
+    "answer_of",
+    "confirm",
+    "confirmation_space",
+    "kv_pool",
+    "time_needed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +62,11 @@ DEFAULT_SECONDS = 600.0  # MLPerf LoadGen's minimum run length
 STEPS = 3  # a confirmation that does not hold steps down at most this often (10 % each)
 MARGIN_S = 120.0  # beyond the start and the run: prompts, warm-up, the stop
 SLICE_S = 60.0  # the SLO is checked per minute of the run
-START_FACTOR = 1.25  # a fresh server's start, against the one its trial measured
-AROUND_S = 30.0  # prompts and the drain before the first arrival, the stop and the study's write after the last
-# (39 s on the H100 beside a 76-s start that its trial had measured at 87 s: the start's factor covers the rest)
+# a fresh server's start, at least, against the one its trial measured: that start filled the engine's caches
+# (vLLM's torch.compile, Python's bytecode), so later ones on the machine are faster (H100, 2026-12-07: vLLM 140 s
+# at the search, 84-89 s after; SGLang 87 s, then 76)
+START_LEAST = 0.5
+STOP_S = 10.0  # after the probe's last run: the server's stop, the study's write
 
 
 @dataclass(frozen=True)
@@ -128,11 +140,18 @@ def answer_of(space: SearchSpace, trial: TrialRecord) -> dict[str, float]:
 
 
 def confirmation_space(
-    space: SearchSpace, answer: Mapping[str, float], seconds: float, *, steps: int = STEPS, budget: float | None = None
+    space: SearchSpace,
+    answer: Mapping[str, float],
+    seconds: float,
+    *,
+    steps: int = STEPS,
+    budget: float | None = None,
+    until: float | None = None,
 ) -> SearchSpace:
     """``space`` with one probe: the long run at ``answer``, with the space's load workload and SLO,
     checked per minute (per third of a run shorter than three minutes), stepping down at most
-    ``steps`` times within ``budget`` seconds where it does not hold."""
+    ``steps`` times within ``budget`` seconds where it does not hold, each run only where it ends
+    before ``until`` (epoch seconds)."""
     slo, load = space.probes.slo, space.load_spec()
     assert slo is not None
     spec = ConfirmProbeSpec(
@@ -144,6 +163,7 @@ def confirmation_space(
         targets=slo.targets,
         steps=steps,
         budget=budget,
+        until=until,
     )
     return space.model_copy(update={"probes": ProbesSpec(load=None, confirm=spec)})
 
@@ -160,17 +180,20 @@ def confirm(
     steps: int = STEPS,
     budget: float | None = None,
     resume: bool = False,
+    until: float | None = None,
 ) -> Confirmation:
     """Run ``chosen`` (a pick) at its SLO answer on a fresh server for ``seconds``, stepping down
     where it does not hold (at most ``steps`` runs more, all of them within ``budget`` seconds
-    of running); store and return it. ``resume``: go on from the stored confirmation instead, one
-    step below its last run (which broke), keeping its runs (a confirmation cut by a deadline)."""
+    of running, each ending before ``until``, epoch seconds); store and return it. ``resume``: go
+    on from the stored confirmation instead, one step below its last run (which broke), keeping
+    its runs (a confirmation cut by a deadline). Raises :class:`ConfigError`, storing nothing,
+    where the server came up too late for any run to end before ``until``."""
     answer = answer_of(space, chosen.trial)
     before: tuple[Mapping[str, Any], ...] = ()
     start = answer
     if resume:
         answer, before, start = _resumed(space, chosen)
-    derived = confirmation_space(space, start, seconds, steps=steps, budget=budget)
+    derived = confirmation_space(space, start, seconds, steps=steps, budget=budget, until=until)
     limit = (budget or seconds * (steps + 1)) + space.server.startup_timeout + MARGIN_S
     scheduler = Scheduler(derived, runner, ledger or Ledger(run_dir.root / "servers"), time_limit=limit)
     folder = run_dir.root / "confirm"
@@ -186,6 +209,9 @@ def confirm(
             save_confirmation(study, chosen.number, found.to_dict())
         raise
     runs, failure = _runs(result, where)
+    if not runs and (late := _not_started(result)):
+        started = "" if isinstance(result, str) else f"its server started in {result.timings.startup_s:.0f} s; "
+        raise ConfigError(f"confirm: {started}{late}: nothing ran, and the stored confirmation is as it was")
     cut = _cut_run(where) if failure else None
     found = _confirmation(chosen.trial, answer, seconds, (*before, *runs), failure, cut, host=_host(where), fast=fast)
     found = replace(found, kv_pool=kv_pool(space, chosen.trial, None if isinstance(result, str) else result))
@@ -209,22 +235,18 @@ def kv_pool(space: SearchSpace, trial: TrialRecord, outcome: TrialOutcome | None
     return {"tokens": int(tokens), "per_request": per_request, "requests": int(tokens) // per_request}
 
 
-def time_needed(space: SearchSpace, trial: TrialRecord, seconds: float) -> tuple[float, float, str]:
-    """What one run of ``seconds`` costs a command from its start, as (the whole, the part that is
-    not the run's load, how that was reckoned): the server's start as its trial measured it times
-    :data:`START_FACTOR` (the space's ``startup_timeout`` where none was stored), and
-    :data:`AROUND_S`. On the H100 (2026-12-07) a 7-minute run's first arrival came 93 s after its
-    command began (the server up in 76 s) and the command took 535 s; one given 502 s was cut
-    30 s short of its end, with no verdict."""
+def time_needed(space: SearchSpace, trial: TrialRecord, seconds: float) -> tuple[float, str]:
+    """The least one run of ``seconds`` costs a command from its start, and how that was reckoned:
+    the server's start as its trial measured it times :data:`START_LEAST` (none stored: 0), the
+    run, :data:`~tuner.probes.long_run.AFTER_RUN_S` and :data:`STOP_S`. Less than that cannot
+    end in a command's timeout, so such a run is refused before its server starts; more may not
+    either, which the probe reckons once the server is up (``until``). On the H100 (2026-12-07)
+    the rule before this, the trial's start x 1.25, refused a 7-minute vLLM run that would have
+    taken 453 s of the 568 it had: its trial's start, 140 s, had been a cold one."""
     measured = float(trial.timings.get("startup_s") or 0.0)
-    start = measured * START_FACTOR if measured > 0 else space.server.startup_timeout
-    said = (
-        f"its server started in {measured:.0f} s at the search, x {START_FACTOR:g}"
-        if measured > 0
-        else f"no start stored: server.startup_timeout {start:.0f} s"
-    )
-    around = start + AROUND_S
-    return around + seconds, around, f"{said}; {seconds:.0f} s of load; {AROUND_S:.0f} s around it"
+    said = f"its server started in {measured:.0f} s at the search, x {START_LEAST:g}" if measured > 0 else "no start stored"
+    around = AFTER_RUN_S + STOP_S
+    return measured * START_LEAST + around + seconds, f"{said}; {seconds:.0f} s of load; {around:.0f} s around it"
 
 
 def _resumed(space: SearchSpace, chosen: Candidate) -> tuple[dict[str, float], tuple[Mapping[str, Any], ...], dict[str, float]]:
@@ -285,6 +307,14 @@ def _runs(result: TrialOutcome | str, where: Path) -> tuple[list[Mapping[str, An
     kept = where / RUNS_FILE
     lines = kept.read_text().splitlines() if kept.is_file() else []
     return [json.loads(line) for line in lines if line.strip()], result
+
+
+def _not_started(result: TrialOutcome | str) -> str | None:
+    """Why the confirmation probe ran no run at all (None: it ran, or has no result)."""
+    if isinstance(result, str):
+        return None
+    probe = next((p for p in result.probes if p.probe == "confirm"), None)
+    return probe.details.get("not_started") if probe is not None else None
 
 
 def _kept(kept: Path, lost: str) -> dict[str, Any] | None:

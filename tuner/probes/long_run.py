@@ -13,7 +13,10 @@ late are in the TTFTs, which count from the schedule, so they can only make a ho
 A run that does not hold ends at the first slice that breaks the SLO (nothing after it can make it
 hold), and the load steps down by ``step`` (10 %) after the server has drained, each step a run of
 the same length, until one holds (the confirmed answer), at most ``steps`` times and within
-``budget``. The result keeps every run: the first (the search's answer) and the confirmed one.
+``budget``; where ``until`` is set (a command with a timeout), a run that cannot end before it
+is not started, the first included, reckoned once the server is up: a confirmation that ran none
+says why (``not_started``) instead of a verdict. The result keeps every run: the first (the
+search's answer) and the confirmed one.
 Each run, as it ends, is also appended to ``confirm-runs.jsonl`` in the trial's folder
 (:data:`RUNS_FILE`), so a confirmation cut short (a deadline, a stop) keeps the runs it finished;
 the run in progress keeps its figures so far in ``confirm-partial.json`` (:data:`PARTIAL_FILE`,
@@ -35,6 +38,7 @@ import httpx
 from tuner.base import progress
 from tuner.base.level import Level
 from tuner.base.records import ProbeResult
+from tuner.base.units import format_duration
 from tuner.probes._base import Probe, ServerHandle
 from tuner.probes._senders import Senders
 from tuner.probes.load import LoadProbe, Window, client_verdict, request_body
@@ -47,6 +51,7 @@ __all__ = [
     "drift",
     "kept_run",
     "loads",
+    "no_time",
     "run_so_far",
     "run_verdict",
     "step_below",
@@ -58,6 +63,7 @@ logger = logging.getLogger(__name__)
 RUNS_FILE = "confirm-runs.jsonl"  # in the trial's folder: one line per finished run, as the result keeps it
 PARTIAL_FILE = "confirm-partial.json"  # in the trial's folder: the run in progress, its figures so far
 AT_RUN = ("ttft_p99", "itl_p99", "tpot_p99", "error_rate", "req_s")
+AFTER_RUN_S = 15.0  # from a run's start to its end beyond its length: the drain before it, its last requests, the result
 
 
 class ConfirmProbe(Probe):
@@ -92,6 +98,11 @@ class ConfirmProbe(Probe):
                 for at in loads(spec):
                     if runs and spec.budget is not None and time.monotonic() - began + spec.duration > spec.budget:
                         logger.info("confirm: no time left in the budget (%.0fs) for a run at %g", spec.budget, at)
+                        break
+                    if (short := no_time(spec, at)) is not None:
+                        logger.info("confirm: %s", short)
+                        if not runs:
+                            return ProbeResult(self.name, {}, {"runs": [], "not_started": short})
                         break
                     progress.report(
                         f"confirm: {_label(spec, at)} for {spec.duration:g}s" + (f" (step {len(runs)})" if runs else "")
@@ -157,6 +168,19 @@ def step_below(at: float, step: float, *, closed: bool) -> float | None:
         return at * (1 - step)
     below = float(min(int(at * (1 - step)), int(at) - 1))
     return below if below >= 1 else None
+
+
+def no_time(spec: ConfirmProbeSpec, at: float, now: float | None = None) -> str | None:
+    """Why a run at ``at`` cannot end before ``spec.until`` (None: it can, or no ``until``)."""
+    if spec.until is None:
+        return None
+    left, need = spec.until - (time.time() if now is None else now), spec.duration + AFTER_RUN_S
+    if left >= need:
+        return None
+    return (
+        f"no time for {format_duration(spec.duration)} at {_label(spec, at)}: {max(0.0, left):.0f} s left before the "
+        f"command's timeout, {need:.0f} s needed"
+    )
 
 
 def _label(spec: ConfirmProbeSpec, at: float) -> str:

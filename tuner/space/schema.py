@@ -422,7 +422,8 @@ class ConfirmProbeSpec(_ProbeSpec):
     (default a minute) against ``targets``. A run that does not hold ends at the first slice that
     breaks the SLO and the load steps down by ``step`` (10 %; a closed loop at least one client),
     on the same server once it has drained, until a run holds for ``duration``, at most ``steps``
-    times and within ``budget`` seconds. `tune validate --confirm` and the end of `tune run`
+    times and within ``budget`` seconds, each run only where it ends before ``until``. `tune
+    validate --confirm` and the end of `tune run`
     (``remeasure.confirm``) build it from the pick; a space may state one too."""
 
     concurrency: int | None = Field(None, ge=1)
@@ -434,6 +435,9 @@ class ConfirmProbeSpec(_ProbeSpec):
     step: float = Field(0.1, gt=0, lt=1)  # a run that does not hold steps the load down by this share
     steps: int = Field(3, ge=0, le=20)  # at most this many steps below the answer
     budget: float | None = Field(None, gt=0)  # seconds for every run together: a step that cannot finish is not started
+    # epoch seconds by which every run must have ended (`tune validate --confirm --timeout`): one that cannot, reckoned
+    # once the server is up, is not started, the first included
+    until: float | None = Field(None, gt=0)
 
     @field_validator("duration", "slice", mode="before")
     @classmethod
