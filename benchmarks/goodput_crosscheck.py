@@ -623,7 +623,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bench achieved/offered: {delivered} (each >= {DELIVERED} for the run to count)")
     if rate:
         levels = (m.get("slo.achieved_over_offered"), m.get("slo.completion_rate"), m.get("slo.offered_rate"))
-        print(f"tune at R: achieved/offered {levels[0]}, completed {levels[1]} requests/s of {levels[2]} offered")
+        shown = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in levels]
+        print(f"tune at R: achieved/offered {shown[0]}, completed {shown[1]} requests/s of {shown[2]} offered")
 
 
 if __name__ == "__main__":
