@@ -6,16 +6,19 @@ committed study is the one used here."""
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 from dataclasses import replace
+from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tune_here
 from tuner.app.read import stored_space
 from tuner.base.records import Capacity
-from tuner.orchestration.confirm import kv_pool
-from tuner.results.confirmation import describe, past_kv_pool
+from tuner.results.confirmation import describe, hold_past_kv_pool, kv_pool, past_kv_pool
 from tuner.trials import read_study
 from tuner.workload.spec import WorkloadSpec
 
@@ -60,3 +63,29 @@ def test_the_pool_is_counted_in_requests_of_the_load_s_one_shape_only() -> None:
     chat = WorkloadSpec.model_validate(yaml.safe_load((ROOT / "workloads/chat.yaml").read_text()))
     assert kv_pool(space.model_copy(update={"workload": chat}), trial, None) is None  # lengths drawn: no one size
     assert kv_pool(space, replace(trial, capacity={}), None) is None  # the engine said no size
+
+
+def test_before_any_long_run_status_says_the_answer_s_hold_passed_the_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The search's hold at 56/s had up to 161 requests in the system against the 125 its trial's
+    pool held, and held 100 s; its confirmation broke in its sixth minute. Before that run, status
+    (and the end of `tune run`) says so under the pick; once a confirmation is stored, it speaks."""
+    study = _study()
+    trial = read_study(study).trials[0]
+    line = hold_past_kv_pool(trial, kv_pool(stored_space(study), trial))
+    assert line == (
+        "its hold at 56 had up to 161 requests in the system, past the 125 the KV pool holds (80,096 tokens, 640 a request): "
+        "a burst that fills it breaks a minute that a 100-s hold may not see; a long run tells (tune validate --confirm)"
+    ), line
+    assert hold_past_kv_pool(trial, {"tokens": 200_000, "per_request": 640, "requests": 312}) is None
+    assert hold_past_kv_pool(trial, None) is None
+    db = tmp_path / "study.db"
+    shutil.copy(DB, db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM study_user_attributes WHERE key = 'confirmed.0'")
+    assert tune_here("status", "--study", NAME, "--storage", f"sqlite:///{db}") == 0
+    out = capsys.readouterr().out
+    assert "not confirmed by a long run" in out and f"  note: {line}" in out, out
+    assert tune_here("status", "--study", NAME, "--storage", f"sqlite:///{DB}") == 0
+    assert "note: its hold" not in capsys.readouterr().out  # the confirmation says what happened instead

@@ -21,7 +21,7 @@ from tuner.base.metrics import (
 )
 from tuner.cli._common import echo, echo_wide, terminal_width
 from tuner.results.confirmation import describe as describe_confirmation
-from tuner.results.confirmation import other_host, uncorrected_failure
+from tuner.results.confirmation import hold_past_kv_pool, kv_pool, other_host, uncorrected_failure
 from tuner.results.confirmation import steps as confirmation_steps
 from tuner.results.gain import gains
 from tuner.results.hosts import unlike_hosts
@@ -61,7 +61,7 @@ def print_table(study: optuna.Study | StudyRecord, width: int | None = None) -> 
     print_noise(record)
     for line in screen_lines(record, space):
         echo(line)
-    print_best(record)
+    print_best(record, space)
 
 
 def screen_lines(study: optuna.Study | StudyRecord, space: SearchSpace | None) -> list[str]:
@@ -72,8 +72,9 @@ def screen_lines(study: optuna.Study | StudyRecord, space: SearchSpace | None) -
     return ["pre-screen:", *(f"  {line}" for line in lines)] if lines else []
 
 
-def print_best(study: StudyRecord) -> None:
-    """The noise-aware front and the knee: the same winner export, pareto and report name."""
+def print_best(study: StudyRecord, space: SearchSpace | None = None) -> None:
+    """The noise-aware front and the knee: the same winner export, pareto and report name, and
+    (with the study's ``space``) where the answer's hold passed the KV pool before any long run."""
     names = objective_metrics(study)
     items = candidates(study)
     if not items:
@@ -95,6 +96,8 @@ def print_best(study: StudyRecord) -> None:
         echo(f"  {load}")
         said = describe_confirmation(found, chosen.number) if found else ["not confirmed by a long run (tune validate --confirm)"]
         echo(f"  {said[0]}")
+        if not found and space is not None and (past := hold_past_kv_pool(chosen.trial, kv_pool(space, chosen.trial))):
+            echo(f"  note: {past}")
         for line in confirmation_steps(found) if found else []:
             echo(f"  {line.strip()}")
         if (moved := other_host(chosen.trial.host, found, chosen.number)) is not None:

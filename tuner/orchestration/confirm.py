@@ -39,7 +39,7 @@ from tuner.launching.executors import Executor
 from tuner.launching.scheduler import Scheduler
 from tuner.probes.load import request_body
 from tuner.probes.long_run import AFTER_RUN_S, PARTIAL_FILE, RUNS_FILE, step_below
-from tuner.results.confirmation import describe_answer
+from tuner.results.confirmation import describe_answer, kv_pool
 from tuner.results.pick import Candidate
 from tuner.space import ConfirmProbeSpec, LoadProbeSpec, ProbesSpec, SearchSpace
 from tuner.trials import TrialRecord, save_confirmation
@@ -52,7 +52,6 @@ __all__ = [
     "answer_of",
     "confirm",
     "confirmation_space",
-    "kv_pool",
     "time_needed",
 ]
 
@@ -217,22 +216,6 @@ def confirm(
     found = replace(found, kv_pool=kv_pool(space, chosen.trial, None if isinstance(result, str) else result))
     save_confirmation(study, chosen.number, found.to_dict())
     return found
-
-
-def kv_pool(space: SearchSpace, trial: TrialRecord, outcome: TrialOutcome | None) -> dict[str, int] | None:
-    """The KV pool a confirmation's server had (its own count, else its trial's), in tokens and in
-    requests of the load's one shape (prompt + output tokens): past that many requests in the system,
-    new ones wait for KV. None where the engine said no size, or the requests have no one size (a
-    workload's lengths, a dataset's texts) or share a prefix. vLLM on the H100 at 0.03 of its memory
-    (2026-12-07): 82,368 tokens, 128 requests of 640; a minute broke where a burst filled it."""
-    load = space.load_spec() or LoadProbeSpec()
-    if load.workload is not None or load.dataset or load.prefix_tokens:
-        return None
-    tokens = (outcome.capacity.kv_tokens if outcome is not None else None) or trial.capacity.get("kv_tokens")
-    if not tokens:
-        return None
-    per_request = load.prompt_tokens + load.output_tokens
-    return {"tokens": int(tokens), "per_request": per_request, "requests": int(tokens) // per_request}
 
 
 def time_needed(space: SearchSpace, trial: TrialRecord, seconds: float) -> tuple[float, str]:

@@ -6,13 +6,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuner.base.level import Level
+from tuner.base.records import TrialOutcome
 from tuner.host.fingerprint import HostFingerprint, apart
+from tuner.space import LoadProbeSpec, SearchSpace
+from tuner.trials import TrialRecord
 
 __all__ = [
     "corrected",
     "describe",
     "describe_answer",
     "describe_step",
+    "hold_past_kv_pool",
+    "kv_pool",
     "other_host",
     "past_fast_path",
     "past_kv_pool",
@@ -57,6 +62,43 @@ def other_host(searched: Mapping[str, Any] | None, found: Mapping[str, Any] | No
     return (
         f"trial {number} was searched on {first.describe()} and confirmed on {second.describe()} "
         f"({'; '.join(differs)}): an SLO answer does not carry between hosts; search and confirm on the host that will serve"
+    )
+
+
+def kv_pool(space: SearchSpace, trial: TrialRecord, outcome: TrialOutcome | None = None) -> dict[str, int] | None:
+    """The KV pool a confirmation's server had (its own count, else its trial's), in tokens and in
+    requests of the load's one shape (prompt + output tokens): past that many requests in the system,
+    new ones wait for KV. None where the engine said no size, or the requests have no one size (a
+    workload's lengths, a dataset's texts) or share a prefix. vLLM on the H100 at 0.03 of its memory
+    (2026-12-07): 82,368 tokens, 128 requests of 640; a minute broke where a burst filled it."""
+    load = space.load_spec() or LoadProbeSpec()
+    if load.workload is not None or load.dataset or load.prefix_tokens:
+        return None
+    tokens = (outcome.capacity.kv_tokens if outcome is not None else None) or trial.capacity.get("kv_tokens")
+    if not tokens:
+        return None
+    per_request = load.prompt_tokens + load.output_tokens
+    return {"tokens": int(tokens), "per_request": per_request, "requests": int(tokens) // per_request}
+
+
+def hold_past_kv_pool(trial: TrialRecord, pool: Mapping[str, int] | None) -> str | None:
+    """A line where the SLO search's hold at its answer had more requests in the system than the
+    KV pool holds (``pool``, :func:`kv_pool`): minutes that a burst fills it break, and a hold of
+    a minute or two may see none (vLLM on the H100, 2026-12-07: the hold at 56/s had up to 161
+    against 125, held 100 s, and the confirmation broke in its sixth minute). None otherwise."""
+    if not pool or not (cap := pool.get("requests")):
+        return None
+    held = [(float(at), h) for at, h in ((trial.slo or {}).get("holds") or {}).items() if h.get("held")]
+    if not held:
+        return None
+    at, hold = max(held, key=lambda pair: pair[0])
+    most = int(hold.get("in_system_max") or 0)
+    if most <= cap:
+        return None
+    return (
+        f"its hold at {at:g} had up to {most} requests in the system, past the {cap} the KV pool holds "
+        f"({pool['tokens']:,} tokens, {pool['per_request']} a request): a burst that fills it breaks a minute that a "
+        f"{hold.get('window_s') or 0:.0f}-s hold may not see; a long run tells (tune validate --confirm)"
     )
 
 
