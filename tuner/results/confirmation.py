@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from tuner.base.level import Level
@@ -134,17 +134,12 @@ def past_fast_path(found: Mapping[str, Any]) -> list[str]:
     minute and stayed, its steps 33-45 ms against 2-10: the log said why, nobody read it."""
     if not (cap := found.get("fast_path")):
         return []
-    lines: list[str] = []
-    for run in found.get("runs") or ():
-        over = [s for s in run.get("slices") or () if (s.get("in_system_max") or 0) > cap]
-        if over:
-            most = max(int(s["in_system_max"]) for s in over)
-            lines.append(
-                f"  at {describe_step(found, run.get('at', 0.0))}: requests in the system reached {most} from "
-                f"{over[0].get('from_s') or 0.0:,.0f} s, past the {cap} this config decodes on CUDA graphs; "
-                "above it each step runs without them, slower, and a queue feeds itself"
-            )
-    return lines
+    return [
+        f"  at {describe_step(found, run.get('at', 0.0))}: requests in the system reached {most} from "
+        f"{over[0].get('from_s') or 0.0:,.0f} s, past the {cap} this config decodes on CUDA graphs; "
+        "above it each step runs without them, slower, and a queue feeds itself"
+        for run, _, over, most in _runs_past(found, cap)
+    ]
 
 
 def past_kv_pool(found: Mapping[str, Any]) -> list[str]:
@@ -157,20 +152,25 @@ def past_kv_pool(found: Mapping[str, Any]) -> list[str]:
     pool = found.get("kv_pool") or {}
     if not (cap := pool.get("requests")):
         return []
-    lines: list[str] = []
+    return [
+        f"  at {describe_step(found, run.get('at', 0.0))}: requests in the system passed the {cap} that the KV pool "
+        f"holds ({pool['tokens']:,} tokens, {pool['per_request']} a request) in {len(over)} of {len(minutes)} minutes, "
+        f"up to {most}; {sum(1 for s in over if s.get('broke'))} of those broke the SLO. Past it new requests wait for KV "
+        "and a burst breaks a minute's tail; a larger pool (the engine's memory fraction) raises it"
+        for run, minutes, over, most in _runs_past(found, cap)
+    ]
+
+
+Minute = Mapping[str, Any]  # a stored run's slice, as its dict
+
+
+def _runs_past(found: Mapping[str, Any], cap: int) -> Iterator[tuple[Mapping[str, Any], Sequence[Minute], list[Minute], int]]:
+    """Each stored run whose requests in the system passed ``cap`` in some minute: the run, its
+    minutes, those that passed, and the most it reached."""
     for run in found.get("runs") or ():
         minutes = run.get("slices") or ()
-        over = [s for s in minutes if (s.get("in_system_max") or 0) > cap]
-        if over:
-            most = max(int(s["in_system_max"]) for s in over)
-            broke = sum(1 for s in over if s.get("broke"))
-            lines.append(
-                f"  at {describe_step(found, run.get('at', 0.0))}: requests in the system passed the {cap} that the KV pool "
-                f"holds ({pool['tokens']:,} tokens, {pool['per_request']} a request) in {len(over)} of {len(minutes)} minutes, "
-                f"up to {most}; {broke} of those broke the SLO. Past it new requests wait for KV and a burst breaks a "
-                "minute's tail; a larger pool (the engine's memory fraction) raises it"
-            )
-    return lines
+        if over := [s for s in minutes if (s.get("in_system_max") or 0) > cap]:
+            yield run, minutes, over, max(int(s["in_system_max"]) for s in over)
 
 
 def run_verdict_text(run: Mapping[str, Any]) -> str:
