@@ -1,7 +1,8 @@
 #!/bin/bash
-# ON the device, one call per carry (the 64-MiB carry holds the working tree, 25 MB since 2026-12-07,
+# ON the device, one call per carry (the 64-MiB carry holds the working tree, 26 MiB on 2026-12-07,
 # and one ~23-MB half part or one 19-MB .gpu/mg part: one file a call, 11 calls, then the install with
-# .gpu/sg/h3b and .gpu/sg/p4): copies whatever parts this call carried into /tmp, where the install call
+# .gpu/sg/h3b and .gpu/sg/p4; with scripts/device-slim.sh on, 6 MiB of tree and two halves or three
+# .gpu/mg parts a call): copies whatever parts this call carried into /tmp, where the install call
 # finds them (/tmp stays while the machine is warm). The halves come from scripts/device-halves.sh.
 #   bash scripts/device-stash.sh            # after each carry; JOIN=1 on the last: joins the halves
 # vLLM (shared/gpu/build-vllm-bundle.sh .gpu/ge, then scripts/device-halves.sh vllm): .gpu/vl/k (the
