@@ -202,6 +202,25 @@ def test_tune_run_on_the_cluster_from_the_command_line(cluster, tmp_path: Path, 
     assert set(ran) == {0, 1} and all(nodes[d][:12] in where for d, where in ran.items()), ran
 
 
+def _server_logs_on_nodes(study: str, since: float) -> list[Path]:
+    """The non-empty server.log files of ``study``'s trials in the nodes' temp folders (the local
+    cluster's nodes share this machine's), from folders made since ``since``."""
+    import json
+    import tempfile
+
+    from tuner.launching.executors import LEFTOVER_PREFIX, MARKER
+
+    logs = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{LEFTOVER_PREFIX}*"):
+        try:
+            fresh = folder.stat().st_mtime >= since - 1 and json.loads((folder / MARKER).read_text()).get("key") == study
+            if fresh and (folder / "server.log").stat().st_size > 0:
+                logs.append(folder / "server.log")
+        except (OSError, ValueError):
+            continue
+    return logs
+
+
 @one_cluster
 def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_interrupted_trials_evidence(
     cluster, tmp_path: Path, llama_server: Path, smollm2: Path
@@ -242,6 +261,7 @@ def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_in
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
+    started = time.time()
     first = subprocess.Popen(
         argv, cwd=tmp_path / "a", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
@@ -259,7 +279,13 @@ def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_in
             time.sleep(0.3)
         else:
             raise AssertionError("the first driver did not launch two trials within 120 s")
-        time.sleep(5)  # both servers up (0.5 s) and probing (the window closes 12 s after the warm-up wave)
+        # both servers started on their nodes (a trial's partition is set when the driver sends it;
+        # beside a busy loop one worker had not launched its server 5 s later, 37d7be9), then probing
+        # (the window closes 12 s after the warm-up wave)
+        while len(_server_logs_on_nodes("crash-node", since=started)) < 2:
+            assert time.monotonic() < deadline, "the two trials' servers did not start on their nodes within 120 s"
+            time.sleep(0.3)
+        time.sleep(3)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(10)
     finally:
