@@ -185,11 +185,14 @@ def test_the_open_loop_answer_on_a_real_llama_server(tmp_path: Path, llama_serve
     with llama_server_process(tmp_path, smollm2, {"ctx-size": 2048, "parallel": 2}) as server:
         server.wait_ready()
         targets = SloTargets(ttft_p99=OPEN_LOOP_SLO * _ttft_p50(_solo(server, load)), error_rate=0.0)
-        # twice the broken rate breaks only once its queue has kept a request waiting past the target:
-        # windows of twice the target (a slowed server's 8x solo TTFT was 4.0 s, as long as the 4-s
-        # window, and with 28 requests still waiting its censored TTFT p99 stayed under it: 37d7be9, hog)
+        # a rate breaks the target only once its queue has kept a request waiting past it: every level,
+        # the search's and the two checks', lasts twice the target. A slowed server's 8x solo TTFT was
+        # 4.0 s, as long as the 4-s window: twice the broken rate, 28 requests still waiting, kept its
+        # censored TTFT p99 under it (37d7be9, hog); with the checks alone longer, the search's 4-s
+        # levels held 4/s, and half of it broke in 8.5 s (0776e4c, hog). Idle: 3-4 s, as before.
         longest = max(load.max_duration, 2 * (targets.ttft_p99 or 0.0))
-        again = LoadProbe(load.model_copy(update={"duration": max(load.duration, longest - 1), "max_duration": longest}))
+        load = load.model_copy(update={"duration": max(load.duration, longest - 1), "max_duration": longest})
+        again = LoadProbe(load)
         drained_before: dict[str, Any] = {}
 
         async def idle_prompts() -> Any:  # on the idle server: the 1-token time the drain compares with
