@@ -283,7 +283,7 @@ def test_after_a_drivers_kill_9_the_next_driver_from_another_folder_keeps_the_in
         # beside a busy loop one worker had not launched its server 5 s later, 37d7be9), then probing
         # (the window closes 12 s after the warm-up wave)
         while len(_server_logs_on_nodes("crash-node", since=started)) < 2:
-            assert time.monotonic() < deadline, "the two trials' servers did not start on their nodes within 120 s"
+            assert time.monotonic() < deadline, "the two trials' servers did not start on their nodes within 120 s of the driver"
             time.sleep(0.3)
         time.sleep(3)
         os.kill(first.pid, signal.SIGKILL)
